@@ -1,0 +1,1 @@
+"""Accelerator-server handlers for training requests."""

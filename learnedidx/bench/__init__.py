@@ -1,0 +1,1 @@
+"""Benchmarks: each module registers a ``learnedidx bench`` command."""

@@ -1,0 +1,1 @@
+"""In-database ML for PostgreSQL (DAnA design): Striders, engine, DSL, algorithms."""

@@ -1,0 +1,1 @@
+"""Accelerator-server handlers for in-database training (indb.*)."""

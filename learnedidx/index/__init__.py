@@ -1,0 +1,1 @@
+"""The learned index: SIndex groups, SIA incremental training, the Store API, durability."""

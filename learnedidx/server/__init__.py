@@ -1,0 +1,1 @@
+"""Accelerator server: process, Unix socket, versioned protocol, shared-memory arrays."""

@@ -1,0 +1,1 @@
+"""Built-in operations: ``health`` and ``stats``."""

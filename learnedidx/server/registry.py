@@ -1,0 +1,55 @@
+"""Request handlers of the accelerator server, registered by operation name.
+
+Both halves of the project add operations here: ``learnedidx.accel.handlers``
+(``train.full``, ``train.incremental``) and ``learnedidx.indb.service``
+(``indb.*``).  A handler receives the request's JSON ``args``, the numpy arrays
+that came through shared memory, and a :class:`HandlerContext`; it returns a
+JSON-able dict and a dict of result arrays.  Raising any exception produces an
+error reply; the server keeps serving.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+Handler = Callable[[dict, dict[str, np.ndarray], "HandlerContext"], tuple[dict, dict[str, np.ndarray]]]
+
+_HANDLERS: dict[str, Handler] = {}
+
+#: Modules imported by the server at start-up so that their handlers register.
+HANDLER_MODULES: tuple[str, ...] = (
+    "learnedidx.server.builtin_handlers",
+    "learnedidx.accel.handlers",
+    "learnedidx.indb.service",
+)
+
+
+@dataclass
+class HandlerContext:
+    """Per-request facts and server-wide state a handler may use."""
+
+    server: Any  #: the running server object (stats, config, caches)
+    peer: str = ""  #: description of the client connection
+    state: dict = field(default_factory=dict)  #: server-wide mutable state shared by handlers
+
+
+def handler(op: str) -> Callable[[Handler], Handler]:
+    """Decorator registering ``fn`` as the handler of operation ``op``."""
+
+    def deco(fn: Handler) -> Handler:
+        if op in _HANDLERS and _HANDLERS[op] is not fn:
+            raise RuntimeError(f"handler for {op!r} registered twice")
+        _HANDLERS[op] = fn
+        return fn
+
+    return deco
+
+
+def lookup(op: str) -> Handler | None:
+    return _HANDLERS.get(op)
+
+
+def operations() -> list[str]:
+    return sorted(_HANDLERS)

@@ -1,0 +1,1 @@
+"""Workloads: YCSB generators and runner, Twitter cache traces, peer adapters."""

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Install what the tests need (PostgreSQL 15 server, PL/Python, pageinspect, word lists,
+# a virtualenv with the package and its test extras, the extension files) and run them.
+source "$(dirname "$0")/setup.sh"
+apt_install python3-venv python3-dev postgresql-15 postgresql-plpython3-15 wamerican-insane zstd
+make_venv "[test]"
+cd "$REPO"
+# The extension's files go into the server's share directory (as PGXS would).
+$SUDO "$REPO/.venv/bin/learnedidx" pg install --pgconfig /usr/lib/postgresql/15/bin/pg_config
+
+export NUMBA_CACHE_DIR=/var/tmp/learnedidx-numba-cache
+export PYTHONDONTWRITEBYTECODE=1
+PYTEST=("$REPO/.venv/bin/python" -m pytest -p no:cacheprovider "$@")
+if [ "$(id -u)" -eq 0 ]; then
+    # PostgreSQL refuses to run as root: run the suite as an unprivileged user.
+    id learnedidx-test >/dev/null 2>&1 || useradd --system --create-home --home-dir /var/lib/learnedidx-test learnedidx-test
+    mkdir -p "$NUMBA_CACHE_DIR" && chown learnedidx-test "$NUMBA_CACHE_DIR"
+    exec runuser -u learnedidx-test -- env HOME=/var/lib/learnedidx-test NUMBA_CACHE_DIR="$NUMBA_CACHE_DIR" \
+        PYTHONDONTWRITEBYTECODE=1 PATH="$REPO/.venv/bin:$PATH" "${PYTEST[@]}"
+fi
+mkdir -p "$NUMBA_CACHE_DIR"
+exec env PATH="$REPO/.venv/bin:$PATH" "${PYTEST[@]}"
