@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
 # Install what the tests need (PostgreSQL 15 server, PL/Python, pageinspect, word lists,
 # a virtualenv with the package and its test extras, the extension files) and run them.
-source "$(dirname "$0")/setup.sh"
-apt_install python3-venv python3-dev postgresql-15 postgresql-plpython3-15 wamerican-insane zstd
-make_venv "[test]"
+source "$(dirname "$0")/../docker/install.sh"
 cd "$REPO"
-# The extension's files go into the server's share directory (as PGXS would).
-$SUDO "$REPO/.venv/bin/learnedidx" pg install --pgconfig /usr/lib/postgresql/15/bin/pg_config
 
 export NUMBA_CACHE_DIR=/var/tmp/learnedidx-numba-cache
 export PYTHONDONTWRITEBYTECODE=1
