@@ -1,0 +1,215 @@
+"""Numba kernels of the learned index: key comparison, features, prediction and search.
+
+Keys live in a flat ``uint8`` arena with ``int64`` offsets (key i is
+``arena[offsets[i]:offsets[i+1]]``).  Group parameters are packed into one int64 matrix
+``gint`` (columns below) and one float64 matrix ``coef`` so that a Python call into a
+kernel passes few arguments (Numba's dispatch cost grows with the argument count).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# Columns of the packed group matrix ``gint``.
+G_START, G_END, G_PREFIX, G_FEAT, G_ERRLO, G_ERRHI = range(6)
+G_COLS = 6
+
+
+@njit(cache=True, nogil=True, inline="always")
+def compare_key(arena, offsets, i, q) -> int:
+    """Bytewise compare of stored key ``i`` with query ``q``: -1, 0 or 1."""
+    a = offsets[i]
+    la = offsets[i + 1] - a
+    lq = q.shape[0]
+    m = la if la < lq else lq
+    for j in range(m):
+        x = arena[a + j]
+        y = q[j]
+        if x != y:
+            return -1 if x < y else 1
+    if la == lq:
+        return 0
+    return -1 if la < lq else 1
+
+
+@njit(cache=True, nogil=True)
+def lower_bound(arena, offsets, q, lo, hi) -> int:
+    """First index in [lo, hi) whose key is >= q (hi if none)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if compare_key(arena, offsets, mid, q) < 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def build_features(arena, offsets, start, stop, prefix_len, feat_len):
+    """Feature rows ``[1.0, byte(prefix_len), ..., byte(prefix_len+feat_len-1)]`` for keys
+    ``start..stop-1`` (zero-padded; bytes past ``feat_len`` are truncated)."""
+    n = stop - start
+    A = np.zeros((n, feat_len + 1))
+    for r in range(n):
+        a = offsets[start + r] + prefix_len
+        e = offsets[start + r + 1]
+        A[r, 0] = 1.0
+        for j in range(feat_len):
+            if a + j >= e:
+                break
+            A[r, 1 + j] = arena[a + j]
+    return A
+
+
+@njit(cache=True, nogil=True)
+def common_prefix_len(arena, offsets, start, stop) -> int:
+    """Length of the common prefix of the sorted keys start..stop-1 (first vs last suffices)."""
+    a = offsets[start]
+    la = offsets[start + 1] - a
+    b = offsets[stop - 1]
+    lb = offsets[stop] - b
+    m = la if la < lb else lb
+    p = 0
+    while p < m and arena[a + p] == arena[b + p]:
+        p += 1
+    return p
+
+
+@njit(cache=True, nogil=True)
+def max_key_len(offsets, start, stop) -> int:
+    best = 0
+    for i in range(start, stop):
+        ln = offsets[i + 1] - offsets[i]
+        if ln > best:
+            best = ln
+    return best
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _predict(q, prefix_len, feat_len, coef_row) -> float:
+    p = coef_row[0]
+    for j in range(feat_len):
+        if prefix_len + j >= q.shape[0]:
+            break
+        p += coef_row[1 + j] * q[prefix_len + j]
+    return p
+
+
+@njit(cache=True, nogil=True)
+def error_bounds(arena, offsets, start, stop, prefix_len, feat_len, coef_row):
+    """Exact (err_lo, err_hi) of the model over keys start..stop-1: every key's rank r lies
+    in [floor(pred) + err_lo, floor(pred) + err_hi]."""
+    lo = 0
+    hi = 0
+    for i in range(start, stop):
+        q = arena[offsets[i]:offsets[i + 1]]
+        p = _predict(q, prefix_len, feat_len, coef_row)
+        if not np.isfinite(p):
+            p = 0.0
+        p = min(max(p, -1e15), 1e15)
+        e = (i - start) - np.int64(np.floor(p))
+        if i == start or e < lo:
+            lo = e
+        if i == start or e > hi:
+            hi = e
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def find_group(arena, offsets, gint, q) -> int:
+    """Root search: the last group whose first key is <= q (0 if q precedes all)."""
+    lo = 0
+    hi = gint.shape[0]
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if compare_key(arena, offsets, gint[mid, G_START], q) <= 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1 if lo > 0 else 0
+
+
+@njit(cache=True, nogil=True)
+def _has_prefix(arena, offsets, i, q, plen) -> bool:
+    a = offsets[i]
+    if q.shape[0] < plen or offsets[i + 1] - a < plen:
+        return False
+    for j in range(plen):
+        if arena[a + j] != q[j]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def group_lower_bound(arena, offsets, gint, coef, g, q) -> int:
+    """Lower bound of q inside group g using its model and error window (last-mile search),
+    falling back to a binary search over the group when q lies outside the window."""
+    gs = gint[g, G_START]
+    ge = gint[g, G_END]
+    plen = gint[g, G_PREFIX]
+    if ge <= gs:
+        return gs
+    if not _has_prefix(arena, offsets, gs, q, plen):
+        return lower_bound(arena, offsets, q, gs, ge)
+    p = _predict(q, plen, gint[g, G_FEAT], coef[g])
+    if not np.isfinite(p):
+        p = 0.0
+    p = min(max(p, -1e15), 1e15)
+    base = gs + np.int64(np.floor(p))
+    a = base + gint[g, G_ERRLO]
+    b = base + gint[g, G_ERRHI] + 1
+    if a < gs:
+        a = gs
+    if b > ge:
+        b = ge
+    if a >= b:
+        return lower_bound(arena, offsets, q, gs, ge)
+    r = lower_bound(arena, offsets, q, a, b)
+    # q may be absent and fall outside the window: verify the neighbours.
+    if r == a and a > gs and compare_key(arena, offsets, a - 1, q) >= 0:
+        return lower_bound(arena, offsets, q, gs, a)
+    if r == b and b < ge and compare_key(arena, offsets, b, q) < 0:
+        return lower_bound(arena, offsets, q, b, ge)
+    return r
+
+
+@njit(cache=True, nogil=True)
+def find_one(arena, offsets, gint, coef, q) -> int:
+    """Index of key q in the merged arrays, or -1."""
+    n = offsets.shape[0] - 1
+    if n == 0 or gint.shape[0] == 0:
+        return -1
+    g = find_group(arena, offsets, gint, q)
+    r = group_lower_bound(arena, offsets, gint, coef, g, q)
+    if r < gint[g, G_END] and compare_key(arena, offsets, r, q) == 0:
+        return r
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def seek(arena, offsets, gint, coef, q) -> int:
+    """Global lower bound of q (index of the first key >= q)."""
+    n = offsets.shape[0] - 1
+    if n == 0 or gint.shape[0] == 0:
+        return 0
+    g = find_group(arena, offsets, gint, q)
+    return group_lower_bound(arena, offsets, gint, coef, g, q)
+
+
+@njit(cache=True, nogil=True)
+def find_many(arena, offsets, gint, coef, qarena, qoffsets):
+    """Batched point lookups: index of each query key or -1, all inside compiled code."""
+    m = qoffsets.shape[0] - 1
+    out = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        out[i] = find_one(arena, offsets, gint, coef, qarena[qoffsets[i]:qoffsets[i + 1]])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def seek_many(arena, offsets, gint, coef, qarena, qoffsets):
+    m = qoffsets.shape[0] - 1
+    out = np.empty(m, dtype=np.int64)
+    for i in range(m):
+        out[i] = seek(arena, offsets, gint, coef, qarena[qoffsets[i]:qoffsets[i + 1]])
+    return out
