@@ -1,0 +1,66 @@
+"""Bad input gets typed errors."""
+from __future__ import annotations
+
+import pytest
+
+import learnedidx
+from learnedidx.errors import ConfigError, KeyLengthError, KeyTypeError, StoreClosedError
+
+
+@pytest.fixture
+def db():
+    with learnedidx.open(retrain="off", max_key_len=64) as s:
+        yield s
+
+
+@pytest.mark.parametrize("bad", [1, 1.5, None, ["a"], object()])
+def test_wrong_key_types(db, bad):
+    with pytest.raises(KeyTypeError):
+        db.put(bad, b"v")
+    with pytest.raises(TypeError):  # KeyTypeError is a TypeError too
+        db.get(bad)
+
+
+def test_wrong_value_type(db):
+    with pytest.raises(KeyTypeError, match="values"):
+        db.put(b"k", "not bytes")
+
+
+def test_empty_and_oversized_keys(db):
+    with pytest.raises(KeyLengthError):
+        db.put(b"", b"v")
+    with pytest.raises(ValueError):
+        db.put(b"x" * 65, b"v")
+    db.put(b"x" * 64, b"ok")
+    assert db.get(b"x" * 64) == b"ok"
+
+
+def test_str_keys_are_utf8_and_nul_bytes_work(db):
+    db.put("clé", b"1")
+    assert db.get("clé".encode()) == b"1"
+    db.put(b"a\x00b", b"2")
+    db.put(b"a", b"3")
+    db.retrain_now()
+    assert db.get(b"a\x00b") == b"2" and db.get(b"a") == b"3"
+    assert [k for k, _ in db.scan(b"a", 5)] == [b"a", b"a\x00b", "clé".encode()]
+
+
+def test_mismatched_batch(db):
+    with pytest.raises(ValueError):
+        db.put_many([b"a", b"b"], [b"1"])
+
+
+@pytest.mark.parametrize("opts", [{"sync": "sometimes"}, {"retrain": "never"}, {"max_key_len": 0},
+                                  {"group_size": 2}, {"max_features": 0}, {"trainer": "nope"}])
+def test_bad_options(tmp_path, opts):
+    with pytest.raises(ConfigError):
+        learnedidx.open(tmp_path / "db", **opts)
+
+
+def test_closed_store():
+    s = learnedidx.open()
+    s.close()
+    with pytest.raises(StoreClosedError):
+        s.get(b"k")
+    with pytest.raises(StoreClosedError):
+        s.put(b"k", b"v")

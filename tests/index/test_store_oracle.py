@@ -1,0 +1,181 @@
+"""The store against a dict + sorted-list oracle (hypothesis stateful testing)."""
+from __future__ import annotations
+
+import bisect
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import learnedidx
+from learnedidx.index import kernels as K
+from learnedidx.index.store import KeyBatch
+
+PREFIXES = [b"", b"user", b"\x00\x00", b"shared/prefix/", b"\xff" * 20]
+keys = st.builds(lambda p, s: p + s, st.sampled_from(PREFIXES), st.binary(min_size=1, max_size=40))
+values = st.binary(max_size=30)
+
+
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.db = learnedidx.open(retrain="off", group_size=16, buffer_threshold=3)
+        self.ref: dict[bytes, bytes] = {}
+
+    def teardown(self):
+        self.db.close()
+
+    @rule(k=keys, v=values)
+    def put(self, k, v):
+        self.db.put(k, v)
+        self.ref[k] = v
+
+    @rule(ks=st.lists(keys, max_size=30), v=values)
+    def put_many(self, ks, v):
+        self.db.put_many(ks, [v] * len(ks))
+        for k in ks:
+            self.ref[k] = v
+
+    @precondition(lambda self: self.ref)
+    @rule(data=st.data())
+    def delete_existing(self, data):
+        k = data.draw(st.sampled_from(sorted(self.ref)))
+        assert self.db.delete(k)
+        del self.ref[k]
+
+    @rule(k=keys)
+    def delete_any(self, k):
+        assert self.db.delete(k) == (k in self.ref)
+        self.ref.pop(k, None)
+
+    @rule(k=keys)
+    def get(self, k):
+        assert self.db.get(k) == self.ref.get(k)
+
+    @rule(ks=st.lists(keys, max_size=20))
+    def get_many(self, ks):
+        probe = ks + list(self.ref)[:10]
+        assert self.db.get_many(probe) == [self.ref.get(k) for k in probe]
+        assert self.db.get_many(KeyBatch.from_keys(probe)) == [self.ref.get(k) for k in probe]
+
+    @rule(k=keys, n=st.integers(0, 25))
+    def scan(self, k, n):
+        s = sorted(self.ref)
+        i = bisect.bisect_left(s, k)
+        assert self.db.scan(k, n) == [(x, self.ref[x]) for x in s[i:i + n]]
+
+    @rule(a=keys, b=keys)
+    def range_(self, a, b):
+        lo, hi = min(a, b), max(a, b)
+        assert list(self.db.range(lo, hi)) == [(x, self.ref[x]) for x in sorted(self.ref) if lo <= x < hi]
+
+    @rule()
+    def retrain(self):
+        self.db.retrain_now()
+
+    @invariant()
+    def size_and_order(self):
+        assert len(self.db) == len(self.ref)
+
+    @invariant()
+    def error_bounds_cover_every_key(self):
+        st_ = self.db._st
+        for g in range(st_.gint.shape[0]):
+            s, e, plen, feat, lo, hi = (int(x) for x in st_.gint[g])
+            for i in range(s, e):
+                q = st_.arena[st_.offsets[i]:st_.offsets[i + 1]]
+                p = st_.coef[g, 0] + sum(st_.coef[g, 1 + j] * q[plen + j] for j in range(feat) if plen + j < len(q))
+                base = s + int(np.floor(p))
+                assert base + lo <= i <= base + hi
+
+
+TestStoreMachine = StoreMachine.TestCase
+TestStoreMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_iteration_and_scans_on_many_keys():
+    rng = np.random.default_rng(5)
+    ks = sorted({rng.bytes(int(rng.integers(1, 24))) for _ in range(20000)})
+    with learnedidx.open(retrain="off", group_size=512) as db:
+        db.put_many(ks, [k[::-1] for k in ks])
+        assert list(db) == ks
+        assert db.stats()["groups"] > 10
+        assert db.get_many(ks[::7]) == [k[::-1] for k in ks[::7]]
+        for start in ks[::997]:
+            i = ks.index(start)
+            assert [k for k, _ in db.scan(start, 100)] == ks[i:i + 100]
+        res = db.scan_many(ks[::1999], 10)
+        assert [[k for k, _ in r] for r in res] == [ks[i:i + 10] for i in range(0, len(ks), 1999)]
+
+
+def test_numpy_key_arrays():
+    with learnedidx.open(retrain="off") as db:
+        db.put_many(np.array([b"a1", b"b2", b"c3"], dtype=object), [b"1", b"2", b"3"])
+        assert db.get_many(np.array([b"b2", b"zz"], dtype="S2")) == [b"2", None]
+
+
+def test_background_retrainer_merges_and_counts():
+    import time
+    with learnedidx.open(retrain="background", retrain_interval=0.02, buffer_threshold=4, group_size=32) as db:
+        for i in range(2000):
+            db.put(f"key{i:05d}".encode(), b"v")
+        deadline = time.time() + 10
+        while db.stats()["buffered_writes"] > 4 * 32 and time.time() < deadline:
+            time.sleep(0.02)
+        s = db.stats()
+        assert s["retrains_full"] + s["retrains_incremental"] > 0
+        assert all(db.get(f"key{i:05d}") == b"v" for i in range(0, 2000, 37))
+
+
+def test_incremental_retraining_is_used_and_exact():
+    with learnedidx.open(retrain="off", group_size=4096, buffer_threshold=1) as db:
+        base = [f"user{i * 7:08d}".encode() for i in range(3000)]
+        db.put_many(base, [b"x"] * len(base))
+        db.retrain_now()
+        before = db.stats()["retrains_incremental"]
+        extra = [f"user{i * 7 + 3:08d}".encode() for i in range(0, 3000, 50)]
+        db.put_many(extra, [b"y"] * len(extra))
+        db.retrain_now()
+        assert db.stats()["retrains_incremental"] > before
+        every = sorted(base + extra)
+        assert list(db) == every
+        assert db.get_many(every) == [b"y" if k in set(extra) else b"x" for k in every]
+
+
+def test_concurrent_readers_with_a_writer():
+    with learnedidx.open(retrain="background", retrain_interval=0.01, buffer_threshold=8, group_size=64) as db:
+        stable = [f"stable{i:05d}".encode() for i in range(3000)]
+        db.put_many(stable, [b"s"] * len(stable))
+        errors: list = []
+        stop = threading.Event()
+
+        def reader():
+            rng = np.random.default_rng(threading.get_ident() % 1000)
+            while not stop.is_set():
+                k = stable[int(rng.integers(len(stable)))]
+                if db.get(k) != b"s":
+                    errors.append(k)
+
+        threads = [threading.Thread(target=reader) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for i in range(5000):
+            db.put(f"new{i:06d}".encode(), b"n")
+        stop.set()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert len(db) == 8000
+
+
+def test_group_lower_bound_outside_window_for_absent_keys():
+    ks = [bytes([i // 256, i % 256]) + b"k" for i in range(5000)]
+    with learnedidx.open(retrain="off", group_size=1000) as db:
+        db.put_many(ks, [b""] * len(ks))
+        st_ = db._st
+        for q in (b"\x00", b"\x05", b"\x13\x87zz", b"\xff\xff"):
+            expect = bisect.bisect_left(ks, q)
+            assert K.seek(st_.arena, st_.offsets, st_.gint, st_.coef, np.frombuffer(q, np.uint8)) == expect
