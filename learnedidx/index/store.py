@@ -162,7 +162,7 @@ class Store:
         self._cpu = self._trainer if getattr(self._trainer, "name", "") == "cpu" else get_backend("cpu")
         self._trainer_failed = False
         self._wlock = threading.RLock()  # serializes writers
-        self._mlock = threading.Lock()  # serializes merges
+        self._mlock = threading.RLock()  # serializes merges (checkpoints run inside merges)
         self._closed = False
         self._stats = {"retrains_full": 0, "retrains_incremental": 0, "train_seconds": 0.0,
                        "merges": 0, "splits": 0, "merge_seconds": 0.0, "device_cycles": 0}
@@ -402,13 +402,11 @@ class Store:
             self._check_open()
             if self._dur is not None:
                 self._dur.log_batch([(OP_PUT, k, v) for k, v in zip(klist, vlist)])
-            if self._st.nkeys() == 0 and len(klist) >= self.group_size:
-                for k, v in zip(klist, vlist):
-                    self._apply(k, v)
-                self._merge(all_groups=True)
-            else:
-                for k, v in zip(klist, vlist):
-                    self._apply(k, v)
+            bulk = self._st.nkeys() == 0 and len(klist) >= self.group_size
+            for k, v in zip(klist, vlist):
+                self._apply(k, v)
+        if bulk:  # bulk load into an empty store: build the groups now (lock order: merge, then write)
+            self._merge(all_groups=True)
         self._after_write()
 
     def _after_write(self) -> None:
