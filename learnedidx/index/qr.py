@@ -24,46 +24,49 @@ RIDGE = 1e-6
 def householder_r(A: np.ndarray, b: np.ndarray) -> tuple:
     """QR of ``A`` (N×n) by Householder reflections; returns (R n×n, Qᵀb[:n]).
 
-    Works on a copy; reflectors are applied column by column (the same order the FPGA's
-    outer-loop PE and inner-loop PEs use).
+    Works on a transposed copy so each column is contiguous in memory; reflectors are
+    applied column by column (the order the FPGA's outer-loop PE and inner-loop PEs use).
     """
     N, n = A.shape
-    W = A.copy()
+    W = np.ascontiguousarray(A.T)  # W[j] is column j of A
     y = b.copy()
     k_max = min(N, n)
     for k in range(k_max):
+        v = W[k]
         norm2 = 0.0
         for i in range(k, N):
-            norm2 += W[i, k] * W[i, k]
+            norm2 += v[i] * v[i]
         norm = np.sqrt(norm2)
         if norm == 0.0:
             continue
-        alpha = -norm if W[k, k] >= 0 else norm
-        # v = x - alpha e1, stored in place; vᵀv = 2 (norm² - alpha x_k)
-        W[k, k] -= alpha
-        vtv = 2.0 * (norm2 - alpha * (W[k, k] + alpha))
+        alpha = -norm if v[k] >= 0 else norm
+        # v = x - alpha e1 in place; vᵀv = 2 (norm² - alpha x_k)
+        xk = v[k]
+        v[k] = xk - alpha
+        vtv = 2.0 * (norm2 - alpha * xk)
         if vtv == 0.0:
-            W[k, k] = alpha
+            v[k] = alpha
             continue
         inv = 2.0 / vtv
         for j in range(k + 1, n):
+            w = W[j]
             s = 0.0
             for i in range(k, N):
-                s += W[i, k] * W[i, j]
+                s += v[i] * w[i]
             s *= inv
             for i in range(k, N):
-                W[i, j] -= s * W[i, k]
+                w[i] -= s * v[i]
         s = 0.0
         for i in range(k, N):
-            s += W[i, k] * y[i]
+            s += v[i] * y[i]
         s *= inv
         for i in range(k, N):
-            y[i] -= s * W[i, k]
-        W[k, k] = alpha
+            y[i] -= s * v[i]
+        v[k] = alpha
     R = np.zeros((n, n))
     for i in range(k_max):
         for j in range(i, n):
-            R[i, j] = W[i, j]
+            R[i, j] = W[j, i]
     qtb = np.zeros(n)
     for i in range(k_max):
         qtb[i] = y[i]

@@ -1,0 +1,33 @@
+"""Helpers shared by the benchmarks: timing and table output."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+
+
+def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
+    """Best wall time of ``repeat`` calls, in seconds (the first call is not special: warm up first)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def print_table(title: str, columns: list[str], rows: list[list]) -> None:
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c, justify="right")
+    for r in rows:
+        t.add_row(*[f"{x:,.3f}" if isinstance(x, float) else str(x) for x in r])
+    console.print(t)
+
+
+def parse_list(text: str, cast=int) -> list:
+    return [cast(x) for x in text.split(",") if x.strip()]
