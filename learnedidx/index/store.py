@@ -88,11 +88,17 @@ class _State:
     counts: list  # buffered writes per group
     size: int  # number of live keys
 
+    def __post_init__(self) -> None:
+        # The arena lives in an immutable bytes object (slicing it is the cheapest way to
+        # materialize keys for scans); Numba reads it through a zero-copy uint8 view.
+        self.ab = self.arena.tobytes()
+        self.arena = np.frombuffer(self.ab, np.uint8)
+
     def nkeys(self) -> int:
         return len(self.offsets) - 1
 
     def key(self, i: int) -> bytes:
-        return self.arena[self.offsets[i]:self.offsets[i + 1]].tobytes()
+        return self.ab[self.offsets[i]:self.offsets[i + 1]]
 
 
 class Store:
@@ -233,10 +239,17 @@ class Store:
         if isinstance(keys, KeyBatch):
             return keys, None
         if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
-            klist = [self._key(bytes(k)) for k in keys]  # numpy 'S' strips trailing NULs
-        else:
-            klist = [self._key(k) for k in keys]
-        return KeyBatch.from_keys(klist), klist
+            keys = keys.tolist()  # numpy 'S' items lose trailing NUL bytes
+        klist = keys if isinstance(keys, list) else list(keys)
+        if not all(type(k) is bytes for k in klist):
+            klist = [self._key(k) for k in klist]
+        lens = np.fromiter(map(len, klist), np.int64, len(klist))
+        if len(lens) and (lens.min() < 1 or lens.max() > self.max_key_len):
+            bad = int(lens.min()) if lens.min() < 1 else int(lens.max())
+            raise KeyLengthError(f"key length {bad} outside 1..{self.max_key_len} bytes")
+        offsets = np.zeros(len(klist) + 1, np.int64)
+        np.cumsum(lens, out=offsets[1:])
+        return KeyBatch(np.frombuffer(b"".join(klist), np.uint8), offsets), klist
 
     def get_many(self, keys: Any) -> list:
         """Values of many keys (None where absent); the index search runs in one Numba call.
@@ -265,7 +278,7 @@ class Store:
         buf = st.buf
         bkeys = iter(buf.irange(minimum=start) if start is not None else buf.keys())
         bk = next(bkeys, None)
-        mv = memoryview(st.arena)
+        ab = st.ab
         offs = st.offsets
         values = st.values
         step = 128
@@ -273,7 +286,7 @@ class Store:
             chunk_end = min(n, i + step)
             ol = offs[i:chunk_end + 1].tolist()
             for j in range(chunk_end - i):
-                ak = mv[ol[j]:ol[j + 1]].tobytes()
+                ak = ab[ol[j]:ol[j + 1]]
                 while bk is not None and bk < ak:
                     if hi is not None and bk >= hi:
                         return
@@ -309,7 +322,17 @@ class Store:
         out = []
         if count == 0:
             return out
-        for item in self._iter_from(self._st, self._key(start_key), None):
+        st = self._st
+        k = self._key(start_key)
+        i = int(K.seek(st.arena, st.offsets, st.gint, st.coef, np.frombuffer(k, np.uint8)))
+        e = min(st.nkeys(), i + count)
+        first_buffered = next(iter(st.buf.irange(minimum=k)), None) if st.buf else None
+        if e - i == count and (first_buffered is None or first_buffered > st.key(e - 1)):
+            # No buffered write in the range: slice the merged arrays directly.
+            ol = st.offsets[i:e + 1].tolist()
+            ab = st.ab
+            return list(zip([ab[ol[j]:ol[j + 1]] for j in range(count)], st.values[i:e]))
+        for item in self._iter_from(st, k, None):
             out.append(item)
             if len(out) >= count:
                 break
@@ -323,13 +346,13 @@ class Store:
         if st.buf:
             return [self.scan(k, count) for k in (klist or [batch.key(i) for i in range(len(batch))])]
         pos = K.seek_many(st.arena, st.offsets, st.gint, st.coef, batch.arena, batch.offsets).tolist()
-        mv = memoryview(st.arena)
+        ab = st.ab
         n = st.nkeys()
         out = []
         for p in pos:
             e = min(n, p + count)
             ol = st.offsets[p:e + 1].tolist()
-            out.append([(mv[ol[j]:ol[j + 1]].tobytes(), st.values[p + j]) for j in range(e - p)])
+            out.append(list(zip([ab[ol[j]:ol[j + 1]] for j in range(e - p)], st.values[p:e])))
         return out
 
     def range(self, lo: Any, hi: Any) -> Iterator[tuple[bytes, bytes]]:
