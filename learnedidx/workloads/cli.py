@@ -84,3 +84,46 @@ def ycsb_run(
     if len({r.digest for r in runs}) > 1:
         err.print("[red]peers returned different read results[/red]")
         raise typer.Exit(1)
+
+
+@trace_app.command("gen")
+def trace_gen(
+    cluster: str = typer.Option("12", "--cluster", help="cluster number (12, 15, 31, 37 built in)"),
+    requests: int = typer.Option(1_000_000, "--requests"),
+    out: str = typer.Option(..., "--out", help="output file (.zst to compress)"),
+    stats_file: Optional[str] = typer.Option(None, "--stats", help="stat_2020Mar.md for other clusters"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Write a synthetic trace in the real format with the cluster's statistics."""
+    from learnedidx.workloads.twitter import cluster_stats, generate
+
+    n = generate(cluster_stats(cluster, stats_file), requests, out, seed)
+    typer.echo(f"wrote {requests:,} requests over {n:,} keys to {out}")
+
+
+@trace_app.command("replay")
+def trace_replay(
+    path: str = typer.Argument(..., help="trace file (plain or .zst)"),
+    load_requests: int = typer.Option(100_000, "--load-requests", help="requests whose keys are loaded first"),
+    peer: list[str] = typer.Option(["learnedidx"], "--peer"),
+    mode: str = typer.Option("both", "--mode"),
+    strict: bool = typer.Option(False, "--strict", help="reject malformed lines instead of skipping them"),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Load the distinct keys of the first requests, then replay the rest; report like YCSB."""
+    from learnedidx.workloads.peers import get_adapter
+    from learnedidx.workloads.runner import dumps, execute
+    from learnedidx.workloads.twitter import replay_streams
+
+    load, run = replay_streams(path, load_requests, on_error="raise" if strict else "skip")
+    reports = []
+    for p in peer:
+        for m in (["per-op", "batch"] if mode == "both" else [mode]):
+            ad = get_adapter(p)
+            try:
+                reports.append(execute(ad, load, mode=m, phase="load"))
+                ad.settle()
+                reports.append(execute(ad, run, mode=m, phase="run"))
+            finally:
+                ad.close()
+    typer.echo(dumps(reports) if json_out else "\n".join(line for r in reports for line in r.lines()))
