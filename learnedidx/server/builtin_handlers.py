@@ -1,1 +1,28 @@
 """Built-in operations: ``health`` and ``stats``."""
+from __future__ import annotations
+
+import os
+import time
+
+from learnedidx.server.registry import handler, operations
+
+
+@handler("health")
+def health(args, arrays, ctx):
+    """Liveness, pid, protocol version and the operations this server offers."""
+    from learnedidx import __version__
+
+    return {"status": "ok", "pid": os.getpid(), "version": __version__, "protocol": 1,
+            "backend": ctx.server.device.name, "operations": operations(),
+            "missing_handler_modules": ctx.server.failed_modules}, {}
+
+
+@handler("stats")
+def stats(args, arrays, ctx):
+    """Request counts, device jobs, queue length, busy time and modelled cycles."""
+    s = ctx.server
+    with s._stats_lock:
+        out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in s.stats.items()}
+    out["uptime_s"] = time.time() - s.started
+    out["device"] = s.device.stats()
+    return out, {}

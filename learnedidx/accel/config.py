@@ -1,0 +1,55 @@
+"""Parameters of the emulated FPGA (defaults: SIA's published design)."""
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from learnedidx.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    units: int = 4  #: QR units
+    pus_per_unit: int = 2  #: processing units per QR unit (row blocks factored in parallel)
+    inner_pes: int = 3  #: inner-loop PEs applying a reflector to columns in parallel
+    dot_width: int = 8  #: inputs of the dot-product tree
+    max_features: int = 32  #: widest key (features) the datapath holds
+    clock_mhz: float = 250.0
+    link_gbps: float = 8.0  #: host↔device bytes per ns (GB/s), PCIe gen3 x8-like
+    link_latency_us: float = 2.0
+    lat_add: int = 4  #: FP32 adder pipeline depth (cycles)
+    lat_mul: int = 3
+    lat_sqrt: int = 12
+    lat_recip: int = 12
+    precision: str = "fp32"  #: fp32 (the hardware) or fp64
+
+    def __post_init__(self) -> None:
+        for f in ("units", "pus_per_unit", "inner_pes", "dot_width", "max_features"):
+            if int(getattr(self, f)) < 1:
+                raise ConfigError(f"device {f} must be >= 1")
+        if self.clock_mhz <= 0 or self.link_gbps <= 0:
+            raise ConfigError("clock and link bandwidth must be positive")
+        if self.precision not in ("fp32", "fp64"):
+            raise ConfigError("precision must be fp32 or fp64")
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, **overrides) -> "DeviceConfig":
+        """From a TOML or JSON file (keys as the field names), then keyword overrides."""
+        data: dict = {}
+        if path is not None:
+            p = Path(path)
+            try:
+                data = tomllib.loads(p.read_text()) if p.suffix == ".toml" else json.loads(p.read_text())
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"cannot read device config {p}: {exc}") from None
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ConfigError(f"unknown device parameters: {sorted(unknown)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict:
+        return asdict(self)

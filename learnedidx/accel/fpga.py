@@ -1,0 +1,252 @@
+"""The emulated FPGA training datapath: exactly the arithmetic SIA's hardware performs.
+
+* Householder QR unit: the outer-loop PE forms each reflector — squared norm by a
+  ``dot_width``-input adder tree fed sequentially (partial sums accumulated in tree order),
+  ``sqrt`` and a reciprocal — and the inner-loop PEs apply it to the remaining columns
+  (a tree dot product, then a scaled subtraction).
+* Two-level TSQR: the rows are split into ``units × pus_per_unit`` blocks, each factored by
+  one PU; the stacked R factors are re-factored in one unit.  The right-hand side rides
+  along as an extra column, so Qᵀb comes out of the same factorization.
+* Memoized incremental retraining: the delta rows are factored the same way, ``[R_old; R_Δ]``
+  is re-factored in one unit, ``Aᵀb`` is accumulated by the dot-product trees and
+  ``RᵀR x = Aᵀb`` is solved by two triangular solves on the device.
+
+All arithmetic runs in the configured precision (FP32 by default) in Numba kernels.  The
+cycle model charges each step of the same schedule (see :func:`cycles_full`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from learnedidx.accel.config import DeviceConfig
+
+#: Tikhonov rows included once in every full factorization: column j gets a row with
+#: ``RIDGE * ||A_j||`` (1.0 for an all-zero column).  Degenerate key columns (padding, bytes
+#: constant in a group) then sit far above the FP32 rounding noise of R_jj, while the fit
+#: of the meaningful columns moves by ~RIDGE² relative.
+RIDGE_FP32 = 1e-3
+RIDGE_FP64 = 1e-6
+
+
+@njit(cache=True, nogil=True)
+def tree_dot(x, y, start, width):
+    """Dot product of x[start:] and y[start:] as the hardware sums it: ``width`` products
+    per cycle reduced by a pairwise adder tree, tree outputs accumulated in order."""
+    acc = x.dtype.type(0.0)
+    n = x.shape[0]
+    buf = np.empty(width, x.dtype)
+    i = start
+    while i < n:
+        m = min(width, n - i)
+        for j in range(m):
+            buf[j] = x[i + j] * y[i + j]
+        for j in range(m, width):
+            buf[j] = 0.0
+        w = width
+        while w > 1:
+            h = (w + 1) // 2
+            for j in range(w // 2):
+                buf[j] = buf[2 * j] + buf[2 * j + 1]
+            if w % 2 == 1:
+                buf[w // 2] = buf[w - 1]
+            w = h
+        acc += buf[0]
+        i += width
+    return acc
+
+
+@njit(cache=True, nogil=True)
+def householder_unit(W, width):
+    """Factor the columns of ``W`` (stored transposed: W[j] is column j, length m) in place;
+    returns R (n×n) in W's dtype.  The last column may be a right-hand side."""
+    n = W.shape[0]
+    m = W.shape[1]
+    one = W.dtype.type(1.0)
+    two = W.dtype.type(2.0)
+    for k in range(min(n, m)):
+        v = W[k]
+        norm2 = tree_dot(v, v, k, width)
+        if norm2 == 0.0:
+            continue
+        norm = np.sqrt(norm2)
+        xk = v[k]
+        alpha = -norm if xk >= 0 else norm
+        v[k] = xk - alpha
+        vtv = two * (norm2 - alpha * xk)
+        if vtv == 0.0:
+            v[k] = alpha
+            continue
+        inv = two * (one / vtv)  # the reciprocal unit
+        for j in range(k + 1, n):
+            w = W[j]
+            s = tree_dot(v, w, k, width) * inv
+            for i in range(k, m):
+                w[i] -= s * v[i]
+        v[k] = alpha
+    R = np.zeros((n, n), W.dtype)
+    for i in range(min(n, m)):
+        for j in range(i, n):
+            R[i, j] = W[j, i]
+    return R
+
+
+@njit(cache=True, nogil=True)
+def tsqr(At, blocks, width):
+    """Two-level TSQR of the transposed matrix At (n × N): ``blocks`` row blocks factored
+    independently, their R's stacked and re-factored."""
+    n = At.shape[0]
+    N = At.shape[1]
+    blocks = max(1, min(blocks, max(1, N // max(n, 1))))
+    step = (N + blocks - 1) // blocks
+    stacked = np.zeros((n, blocks * n), At.dtype)
+    used = 0
+    for b in range(blocks):
+        lo = b * step
+        hi = min(N, lo + step)
+        if hi <= lo:
+            continue
+        Wb = np.ascontiguousarray(At[:, lo:hi])
+        Rb = householder_unit(Wb, width)
+        for i in range(n):
+            for j in range(n):
+                stacked[j, used + i] = Rb[i, j]
+        used += n
+    W2 = np.ascontiguousarray(stacked[:, :used])
+    return householder_unit(W2, width)
+
+
+@njit(cache=True, nogil=True)
+def back_solve(R, rhs, n):
+    x = np.zeros(n, R.dtype)
+    for i in range(n - 1, -1, -1):
+        s = rhs[i]
+        for j in range(i + 1, n):
+            s -= R[i, j] * x[j]
+        x[i] = s / R[i, i] if R[i, i] != 0 else 0.0
+    return x
+
+
+@njit(cache=True, nogil=True)
+def forward_solve_t(R, rhs, n):
+    z = np.zeros(n, R.dtype)
+    for i in range(n):
+        s = rhs[i]
+        for j in range(i):
+            s -= R[j, i] * z[j]
+        z[i] = s / R[i, i] if R[i, i] != 0 else 0.0
+    return z
+
+
+def _augmented_t(A: np.ndarray, b: np.ndarray | None, ridge: float, dtype) -> np.ndarray:
+    """[A b; diag(ridge·||A_j||) 0] transposed, in the device precision."""
+    N, n = A.shape
+    cols = n + (b is not None)
+    rows = N + (n if ridge > 0 else 0)
+    Wt = np.zeros((cols, rows), dtype)
+    Wt[:n, :N] = A.T
+    if b is not None:
+        Wt[n, :N] = b
+    if ridge > 0:
+        norms = np.linalg.norm(A, axis=0)
+        Wt[np.arange(n), N + np.arange(n)] = np.where(norms > 0, ridge * norms, 1.0)
+    return Wt
+
+
+class FpgaDatapath:
+    """Runs training jobs with the device's arithmetic and reports modelled cycles."""
+
+    def __init__(self, config: DeviceConfig | None = None) -> None:
+        self.cfg = config or DeviceConfig()
+        self.dtype = np.float32 if self.cfg.precision == "fp32" else np.float64
+        self.ridge = RIDGE_FP32 if self.cfg.precision == "fp32" else RIDGE_FP64
+
+    @property
+    def blocks(self) -> int:
+        return self.cfg.units * self.cfg.pus_per_unit
+
+    def check(self, n_cols: int) -> None:
+        if n_cols - 1 > self.cfg.max_features:
+            raise ValueError(f"{n_cols - 1} features exceed the device's {self.cfg.max_features}")
+
+    def full(self, A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """(R, coef, cycles) of the least-squares fit, computed as the device does."""
+        N, n = A.shape
+        self.check(n)
+        Wt = _augmented_t(A, b, self.ridge, self.dtype)
+        Raug = tsqr(Wt, self.blocks, self.cfg.dot_width)
+        R = Raug[:n, :n]
+        x = back_solve(R, np.ascontiguousarray(Raug[:n, n]), n)
+        return R.astype(np.float64), x.astype(np.float64), cycles_full(self.cfg, N, n)
+
+    def incremental(self, R_old: np.ndarray, A_delta: np.ndarray, A: np.ndarray, b: np.ndarray):
+        N, n = A.shape
+        self.check(n)
+        d = A_delta.shape[0]
+        W = np.zeros((n, 2 * n), self.dtype) if d else None
+        if d:
+            Rd = tsqr(_augmented_t(A_delta, None, 0.0, self.dtype), self.blocks, self.cfg.dot_width)
+            W[:, :n] = R_old.astype(self.dtype).T
+            W[:, n:] = Rd.T
+            R = householder_unit(np.ascontiguousarray(W), self.cfg.dot_width)
+        else:
+            R = R_old.astype(self.dtype)
+        At = np.ascontiguousarray(A.T.astype(self.dtype))
+        bb = b.astype(self.dtype)
+        atb = np.array([tree_dot(At[j], bb, 0, self.cfg.dot_width) for j in range(n)], self.dtype)
+        z = forward_solve_t(R, atb, n)
+        x = back_solve(R, z, n)
+        return R.astype(np.float64), x.astype(np.float64), cycles_incremental(self.cfg, N, n, d)
+
+
+# ---------------------------------------------------------------------- cycle model
+def _dot_cycles(cfg: DeviceConfig, length: int) -> int:
+    """Stream ``length`` products through the tree: one beat per ``dot_width`` inputs,
+    plus the tree depth and the accumulator."""
+    depth = max(1, math.ceil(math.log2(cfg.dot_width)))
+    return math.ceil(length / cfg.dot_width) + depth * cfg.lat_add + cfg.lat_add + cfg.lat_mul
+
+
+def qr_unit_cycles(cfg: DeviceConfig, m: int, n_cols: int) -> int:
+    """Cycles for one PU to factor an m × n_cols block."""
+    total = 0
+    for k in range(min(m, n_cols)):
+        r = m - k
+        outer = _dot_cycles(cfg, r) + cfg.lat_sqrt + cfg.lat_recip + cfg.lat_add
+        rest = n_cols - k - 1
+        rounds = math.ceil(rest / cfg.inner_pes) if rest > 0 else 0
+        inner = rounds * (_dot_cycles(cfg, r) + math.ceil(r / cfg.dot_width) + cfg.lat_mul + cfg.lat_add)
+        total += outer + inner
+    return total
+
+
+def transfer_cycles(cfg: DeviceConfig, nbytes: int) -> int:
+    seconds = cfg.link_latency_us * 1e-6 + nbytes / (cfg.link_gbps * 1e9)
+    return math.ceil(seconds * cfg.clock_mhz * 1e6)
+
+
+def _tsqr_cycles(cfg: DeviceConfig, N: int, n_cols: int) -> int:
+    blocks = max(1, min(cfg.units * cfg.pus_per_unit, max(1, N // max(n_cols, 1))))
+    per_block = math.ceil(N / blocks)
+    return qr_unit_cycles(cfg, per_block, n_cols) + qr_unit_cycles(cfg, blocks * n_cols, n_cols)
+
+
+def _solve_cycles(cfg: DeviceConfig, n: int) -> int:
+    return n * (math.ceil(n / cfg.inner_pes) + cfg.lat_mul + cfg.lat_add + cfg.lat_recip)
+
+
+def cycles_full(cfg: DeviceConfig, N: int, n: int) -> int:
+    itemsize = 4 if cfg.precision == "fp32" else 8
+    return (transfer_cycles(cfg, N * (n + 1) * itemsize) + _tsqr_cycles(cfg, N + n, n + 1)
+            + _solve_cycles(cfg, n) + transfer_cycles(cfg, (n * n + n) * itemsize))
+
+
+def cycles_incremental(cfg: DeviceConfig, N: int, n: int, d: int) -> int:
+    itemsize = 4 if cfg.precision == "fp32" else 8
+    lanes = cfg.units * cfg.pus_per_unit
+    atb = math.ceil(n / lanes) * _dot_cycles(cfg, N)
+    merge = qr_unit_cycles(cfg, 2 * n, n) if d else 0
+    return (transfer_cycles(cfg, (d * n + N * (n + 1) + n * n) * itemsize) + (_tsqr_cycles(cfg, d, n) if d else 0)
+            + merge + atb + 2 * _solve_cycles(cfg, n) + transfer_cycles(cfg, (n * n + n) * itemsize))

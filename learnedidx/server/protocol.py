@@ -1,0 +1,129 @@
+"""Wire format of the accelerator server (see docs/protocol.md).
+
+Frames: ``b"LX" | version u8 | flags u8 | length u32 big-endian | JSON payload``.
+Arrays travel through POSIX shared memory (files under ``/dev/shm``, mode 0600), never on
+the socket: an array ref is ``{"shm", "dtype", "shape", "offset"}``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+from learnedidx.errors import ProtocolError
+
+MAGIC = b"LX"
+VERSION = 1
+HEADER = struct.Struct(">2sBBI")
+DEFAULT_MAX_MESSAGE = 64 << 20
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "learnedidx-"
+
+
+def encode(obj: dict) -> bytes:
+    payload = json.dumps(obj, separators=(",", ":")).encode()
+    return HEADER.pack(MAGIC, VERSION, 0, len(payload)) + payload
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    chunks = []
+    while n:
+        c = sock.recv(min(n, 1 << 20))
+        if not c:
+            raise ConnectionError("peer closed the connection")
+        chunks.append(c)
+        n -= len(c)
+    return b"".join(chunks)
+
+
+def read_frame(sock: socket.socket, max_message: int = DEFAULT_MAX_MESSAGE) -> dict:
+    """One message from ``sock``; ProtocolError for a bad header, size or JSON."""
+    head = _recv_exact(sock, HEADER.size)
+    magic, version, _flags, length = HEADER.unpack(head)
+    if magic != MAGIC:
+        raise ProtocolError(f"bad magic {magic!r}")
+    if version != VERSION:
+        raise ProtocolError(f"unsupported protocol version {version}")
+    if length > max_message:
+        raise ProtocolError(f"message of {length} bytes exceeds the limit of {max_message}")
+    try:
+        obj = json.loads(_recv_exact(sock, length))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"payload is not JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("payload must be a JSON object")
+    return obj
+
+
+def write_frame(sock: socket.socket, obj: dict) -> None:
+    sock.sendall(encode(obj))
+
+
+def shm_names(refs: dict) -> list[str]:
+    return [r["shm"] for r in refs.values()]
+
+
+def export_arrays(arrays: dict[str, np.ndarray]) -> tuple[dict, list[Path]]:
+    """Write ``arrays`` into one new shared-memory file each; returns (refs, paths to unlink)."""
+    refs, paths = {}, []
+    for name, a in arrays.items():
+        a = np.ascontiguousarray(a)
+        shm = f"{SHM_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
+        path = SHM_DIR / shm
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, a.tobytes()) if a.nbytes else None
+        finally:
+            os.close(fd)
+        refs[name] = {"shm": shm, "dtype": a.dtype.str, "shape": list(a.shape), "offset": 0}
+        paths.append(path)
+    return refs, paths
+
+
+def import_arrays(refs: dict) -> dict[str, np.ndarray]:
+    """Copy the arrays named by ``refs`` out of shared memory; ProtocolError on a bad ref."""
+    out = {}
+    if not isinstance(refs, dict):
+        raise ProtocolError("arrays must be an object of refs")
+    for name, r in refs.items():
+        try:
+            shm, dtype, shape, offset = r["shm"], np.dtype(r["dtype"]), tuple(int(x) for x in r["shape"]), int(r.get("offset", 0))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"bad array ref {name!r}: {exc}") from None
+        if not isinstance(shm, str) or not shm.startswith(SHM_PREFIX) or "/" in shm or dtype.hasobject:
+            raise ProtocolError(f"bad shared-memory name or dtype for {name!r}")
+        if any(s < 0 for s in shape) or offset < 0:
+            raise ProtocolError(f"bad shape/offset for {name!r}")
+        count = int(np.prod(shape)) if shape else 1
+        path = SHM_DIR / shm
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise ProtocolError(f"shared memory {shm} does not exist") from None
+        if offset + count * dtype.itemsize > size:
+            raise ProtocolError(f"array {name!r} needs {offset + count * dtype.itemsize} bytes; segment has {size}")
+        out[name] = np.fromfile(path, dtype=dtype, count=count, offset=offset).reshape(shape)
+    return out
+
+
+def unlink(paths) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def default_socket_path() -> str:
+    """``$XDG_RUNTIME_DIR/learnedidx/accel.sock`` or ``/tmp/learnedidx-$UID/accel.sock``."""
+    env = os.environ.get("LEARNEDIDX_SOCKET")
+    if env:
+        return env
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    d = Path(base) / "learnedidx" if base else Path(f"/tmp/learnedidx-{os.getuid()}")
+    return str(d / "accel.sock")

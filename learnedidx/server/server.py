@@ -1,0 +1,218 @@
+"""The accelerator server: a long-running process on a Unix socket (and optionally loopback TCP).
+
+A thread serves each connection; handlers (``learnedidx.server.registry``) release the GIL in
+their Numba kernels, and device jobs queue on the emulated device's units.  Nothing a client
+sends can stop the server: malformed frames get a ``protocol`` error reply, failing handlers
+an ``internal`` one.
+"""
+from __future__ import annotations
+
+import hmac
+import importlib
+import ipaddress
+import logging
+import os
+import signal
+import socket
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from learnedidx.errors import ConfigError, ProtocolError
+from learnedidx.server import protocol as P
+from learnedidx.server import registry
+
+log = logging.getLogger("learnedidx.server")
+
+
+@dataclass
+class ServerConfig:
+    socket_path: str = field(default_factory=P.default_socket_path)
+    tcp: tuple[str, int] | None = None
+    token: str | None = None
+    backend: str = "cpu"  #: device for train.* jobs: cpu or fpga-emu
+    device_config: str | None = None  #: file with the emulated device's parameters
+    max_message_bytes: int = P.DEFAULT_MAX_MESSAGE
+    socket_mode: int = 0o600
+    pg_conninfo: str | None = None  #: how indb.* handlers reach PostgreSQL
+
+
+class Server:
+    def __init__(self, config: ServerConfig) -> None:
+        if config.tcp is not None:
+            host = config.tcp[0]
+            if not ipaddress.ip_address(socket.gethostbyname(host)).is_loopback:
+                raise ConfigError(f"TCP listening is allowed on loopback only, not {host}")
+            if not config.token:
+                raise ConfigError("TCP listening needs a shared token")
+        self.config = config
+        self.state: dict = {}
+        self.started = time.time()
+        self.stats = {"requests": 0, "errors": 0, "ops": {}, "connections": 0}
+        self._stats_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._listeners: list[socket.socket] = []
+        self.failed_modules: dict[str, str] = {}
+        for mod in registry.HANDLER_MODULES:
+            try:
+                importlib.import_module(mod)
+            except Exception as exc:  # an optional half of the project may be missing
+                self.failed_modules[mod] = repr(exc)
+                log.warning("handlers of %s not loaded: %s", mod, exc)
+        from learnedidx.accel.device import Device
+
+        self.device = Device.create(config.backend, config.device_config)
+
+    # ------------------------------------------------------------------ lifecycle
+    def bind(self) -> None:
+        path = Path(self.config.socket_path)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.exists():
+            if path.is_socket() and _socket_alive(str(path)):
+                raise ConfigError(f"a server is already listening on {path}")
+            path.unlink()
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            s.bind(str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, self.config.socket_mode)
+        s.listen(64)
+        self._listeners.append(s)
+        if self.config.tcp is not None:
+            t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            t.bind(self.config.tcp)
+            t.listen(64)
+            self._listeners.append(t)
+
+    def serve_forever(self) -> None:
+        threads = [threading.Thread(target=self._accept_loop, args=(s,), daemon=True) for s in self._listeners]
+        for t in threads:
+            t.start()
+        try:
+            while not self._stop.wait(0.2):
+                pass
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def close(self) -> None:
+        for s in self._listeners:
+            try:
+                s.close()
+            except OSError:
+                pass
+        self._listeners.clear()
+        try:
+            p = Path(self.config.socket_path)
+            if p.is_socket():
+                p.unlink()
+        except OSError:
+            pass
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop())
+
+    # ------------------------------------------------------------------ connections
+    def _accept_loop(self, listener: socket.socket) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with self._stats_lock:
+                self.stats["connections"] += 1
+            tcp = listener.family != socket.AF_UNIX
+            threading.Thread(target=self._serve_conn, args=(conn, tcp), daemon=True).start()
+
+    def _serve_conn(self, conn: socket.socket, tcp: bool) -> None:
+        with conn:
+            while not self._stop.is_set():
+                try:
+                    req = P.read_frame(conn, self.config.max_message_bytes)
+                except ConnectionError:
+                    return
+                except ProtocolError as exc:
+                    self._count(None, error=True)
+                    self._reply(conn, {"id": None, "ok": False, "error": {"kind": "protocol", "message": str(exc)}})
+                    return  # framing is lost: close the connection
+                except OSError:
+                    return
+                reply, paths = self._dispatch(req, tcp)
+                ok = self._reply(conn, reply)
+                if not ok:
+                    P.unlink(paths)
+                    return
+
+    def _reply(self, conn: socket.socket, reply: dict) -> bool:
+        try:
+            P.write_frame(conn, reply)
+            return True
+        except OSError:
+            return False
+
+    def _count(self, op: str | None, error: bool = False) -> None:
+        with self._stats_lock:
+            self.stats["requests"] += 1
+            if error:
+                self.stats["errors"] += 1
+            if op:
+                self.stats["ops"][op] = self.stats["ops"].get(op, 0) + 1
+
+    def _dispatch(self, req: dict, tcp: bool) -> tuple[dict, list]:
+        rid = req.get("id")
+        op = req.get("op")
+
+        def error(kind: str, msg: str) -> tuple[dict, list]:
+            self._count(op if isinstance(op, str) else None, error=True)
+            return {"id": rid, "ok": False, "error": {"kind": kind, "message": msg}}, []
+
+        if tcp and not (isinstance(req.get("token"), str) and hmac.compare_digest(req["token"], self.config.token or "")):
+            return error("auth", "missing or wrong token")
+        if not isinstance(op, str):
+            return error("bad-request", "request has no 'op'")
+        fn = registry.lookup(op)
+        if fn is None:
+            return error("unknown-op", f"unknown operation {op!r}")
+        args = req.get("args") or {}
+        if not isinstance(args, dict):
+            return error("bad-request", "'args' must be an object")
+        try:
+            arrays = P.import_arrays(req.get("arrays") or {})
+        except ProtocolError as exc:
+            return error("bad-request", str(exc))
+        ctx = registry.HandlerContext(server=self, peer="tcp" if tcp else "unix", state=self.state)
+        try:
+            result, out_arrays = fn(args, arrays, ctx)
+        except Exception as exc:
+            kind = getattr(exc, "kind", None) or ("bad-request" if isinstance(exc, (ValueError, KeyError, TypeError)) else "internal")
+            if kind == "internal":
+                log.exception("handler %s failed", op)
+            return error(kind, f"{type(exc).__name__}: {exc}")
+        refs, paths = P.export_arrays(out_arrays or {})
+        self._count(op)
+        return {"id": rid, "ok": True, "result": result, "arrays": refs}, paths
+
+
+def _socket_alive(path: str) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(0.5)
+    try:
+        s.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def socket_is_private(path: str) -> bool:
+    """True when the socket is not group- or world-accessible."""
+    return stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0

@@ -1,0 +1,177 @@
+"""The accelerator server as a real process: protocol, shared memory, faults, offload from the store."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import learnedidx
+from learnedidx.errors import RemoteError, ServerUnavailableError
+from learnedidx.server import protocol as P
+from learnedidx.server.client import Client
+from learnedidx.server.process import spawn
+
+
+def _raw(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(path)
+    return s
+
+
+def test_health_stats_and_socket_is_private(server):
+    mode = stat.S_IMODE(os.stat(server.socket_path).st_mode)
+    assert mode & 0o077 == 0
+    with Client(server.socket_path) as c:
+        h, _ = c.call("health")
+        assert h["status"] == "ok" and h["pid"] == server.pid and "train.full" in h["operations"]
+        s, _ = c.call("stats")
+        assert s["requests"] >= 1 and s["device"]["backend"] == "fpga-emu"
+
+
+def test_train_round_trip_through_shared_memory(server):
+    rng = np.random.default_rng(0)
+    A = np.c_[np.ones(20000), rng.integers(0, 256, (20000, 20))].astype(float)
+    b = np.argsort(np.argsort(A[:, 1] * 256 + A[:, 2] + rng.random(20000))).astype(float)
+    with Client(server.socket_path) as c:
+        res, arr = c.call("train.full", arrays={"A": A, "b": b})
+        ref = A @ np.linalg.lstsq(A, b, rcond=None)[0]
+        assert np.abs(A @ arr["coef"] - ref).max() < 1.0  # FP32 device vs FP64 host
+        assert res["cycles"] > 0 and arr["R"].shape == (21, 21)
+        res2, arr2 = c.call("train.incremental", arrays={"R_old": arr["R"], "A_delta": A[:100], "A": A, "b": b})
+        assert np.all(np.isfinite(arr2["coef"]))
+    leftovers = [p for p in os.listdir(P.SHM_DIR) if p.startswith(P.SHM_PREFIX + str(os.getpid()))]
+    assert leftovers == []
+
+
+def test_concurrent_clients(server):
+    errors = []
+
+    def work(seed):
+        rng = np.random.default_rng(seed)
+        A = np.c_[np.ones(500), rng.random((500, 5))]
+        b = A @ np.arange(6.0)
+        try:
+            with Client(server.socket_path) as c:
+                for _ in range(5):
+                    _, arr = c.call("train.full", arrays={"A": A, "b": b})
+                    if not np.allclose(arr["coef"], np.arange(6.0), atol=0.05):
+                        errors.append(arr["coef"])
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+@pytest.mark.parametrize("payload", [b"GARBAGE!" * 4, struct.pack(">2sBBI", b"LX", 9, 0, 2) + b"{}",
+                                     struct.pack(">2sBBI", b"LX", 1, 0, 1 << 31),
+                                     struct.pack(">2sBBI", b"LX", 1, 0, 5) + b"nope!",
+                                     struct.pack(">2sBBI", b"LX", 1, 0, 2) + b"[]"])
+def test_malformed_frames_get_protocol_errors_and_server_survives(server, payload):
+    s = _raw(server.socket_path)
+    s.sendall(payload)
+    reply = P.read_frame(s)
+    assert reply["ok"] is False and reply["error"]["kind"] == "protocol"
+    s.close()
+    with Client(server.socket_path) as c:
+        assert c.call("health")[0]["status"] == "ok"
+
+
+def test_bad_requests_get_error_replies(server):
+    with Client(server.socket_path) as c:
+        with pytest.raises(RemoteError) as e:
+            c.call("no.such.op")
+        assert e.value.kind == "unknown-op"
+        with pytest.raises(RemoteError) as e:
+            c.call("train.full", arrays={"A": np.ones((3, 2))})  # b missing
+        assert e.value.kind == "bad-request"
+        with pytest.raises(RemoteError):
+            c.call("train.full", arrays={"A": np.full((3, 2), np.nan), "b": np.ones(3)})
+    s = _raw(server.socket_path)
+    P.write_frame(s, {"op": "train.full", "id": 1, "arrays": {"A": {"shm": "learnedidx-missing", "dtype": "<f8", "shape": [3, 2]}}})
+    assert P.read_frame(s)["error"]["kind"] == "bad-request"
+    P.write_frame(s, {"op": "train.full", "id": 2, "arrays": {"A": {"shm": "../../etc/passwd", "dtype": "<f8", "shape": [1]}}})
+    assert P.read_frame(s)["error"]["kind"] == "bad-request"
+    s.close()
+
+
+def test_client_disconnecting_mid_request_does_not_kill_server(server):
+    s = _raw(server.socket_path)
+    s.sendall(struct.pack(">2sBBI", b"LX", 1, 0, 100) + b'{"op": ')
+    s.close()
+    with Client(server.socket_path) as c:
+        assert c.call("health")[0]["status"] == "ok"
+
+
+def test_tcp_needs_the_token(tmp_path):
+    tok = tmp_path / "token"
+    tok.write_text("s3cret")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = spawn(str(tmp_path / "t.sock"), extra_args=["--tcp", f"127.0.0.1:{port}", "--token-file", str(tok)])
+    try:
+        with Client(("127.0.0.1", port), token="wrong") as c:
+            with pytest.raises(RemoteError) as e:
+                c.call("health")
+            assert e.value.kind == "auth"
+        with Client(("127.0.0.1", port), token="s3cret") as c:
+            assert c.call("health")[0]["status"] == "ok"
+    finally:
+        proc.stop()
+
+
+def test_server_killed_mid_job_then_restarted(tmp_path):
+    path = str(tmp_path / "k.sock")
+    proc = spawn(path, backend="cpu")
+    rng = np.random.default_rng(1)
+    A = np.c_[np.ones(300_000), rng.random((300_000, 60))]
+    b = np.arange(300_000.0)
+    c = Client(path, timeout=30)
+    t = threading.Timer(0.3, proc.kill)
+    t.start()
+    t0 = time.time()
+    with pytest.raises(ServerUnavailableError):
+        for _ in range(50):
+            c.call("train.full", arrays={"A": A, "b": b})
+    assert time.time() - t0 < 30
+    c.close()
+    proc2 = spawn(path, backend="cpu")
+    try:
+        with Client(path) as c2:
+            assert c2.call("health")[0]["pid"] == proc2.pid
+    finally:
+        proc2.stop()
+
+
+def test_store_offloads_to_server_and_survives_its_death(tmp_path):
+    path = str(tmp_path / "o.sock")
+    proc = spawn(path, backend="fpga-emu")
+    ref = {}
+    with learnedidx.open(retrain="background", retrain_interval=0.01, buffer_threshold=8, group_size=128,
+                         trainer="server", trainer_options={"socket": path, "timeout": 10}) as db:
+        for i in range(3000):
+            k = f"user{(i * 7919) % 100003:06d}".encode()
+            db.put(k, b"%d" % i)
+            ref[k] = b"%d" % i
+            if i == 1500:
+                db.retrain_now()
+                assert db.stats()["device_cycles"] > 0  # trained on the server's emulated FPGA
+                proc.kill()
+        db.retrain_now()
+        s = db.stats()
+        assert s["trainer_failed"] is True  # fell back to in-process training
+        assert db.get_many(list(ref)) == list(ref.values())
+        assert len(db) == len(ref)
