@@ -1,13 +1,15 @@
 """Helpers shared by the benchmarks: timing and table output."""
 from __future__ import annotations
 
+import sys
 import time
 from typing import Callable
 
 from rich.console import Console
 from rich.table import Table
 
-console = Console()
+# Wide tables stay readable when the output goes to a file or CI log.
+console = Console() if sys.stdout.isatty() else Console(width=180)
 
 
 def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
