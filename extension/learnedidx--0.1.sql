@@ -1,0 +1,264 @@
+-- learnedidx 0.1: in-database ML UDFs (DAnA design) offloaded to the accelerator server.
+\echo Use "CREATE EXTENSION learnedidx CASCADE" to load this file. \quit
+
+-- Every trained model.  Rows are written by the training functions in the caller's
+-- transaction, so a failed or cancelled training leaves none.
+CREATE TABLE learnedidx.models (
+    name text PRIMARY KEY,
+    algorithm text NOT NULL,
+    source text NOT NULL,
+    dep text,
+    indep text[] NOT NULL,
+    params jsonb NOT NULL DEFAULT '{}',
+    owner name NOT NULL DEFAULT current_user,
+    created timestamptz NOT NULL DEFAULT now(),
+    coef float8[],
+    labels float8[],
+    u float8[],
+    v float8[],
+    loss float8,
+    num_rows_processed bigint,
+    num_rows_skipped bigint,
+    num_iterations int,
+    train_seconds float8,
+    accel_seconds float8,
+    read_path text
+);
+GRANT SELECT, INSERT ON learnedidx.models TO PUBLIC;
+GRANT USAGE ON SCHEMA learnedidx TO PUBLIC;
+
+-- Thin client of the accelerator server (standard library only: this runs in the backend's
+-- Python).  Waits in short slices and runs pg_sleep(0) between them so that
+-- pg_cancel_backend() and statement_timeout interrupt a long training call.
+CREATE FUNCTION learnedidx._call(op text, args jsonb) RETURNS jsonb
+LANGUAGE plpython3u VOLATILE AS $py$
+import json, os, socket, struct
+path = plpy.execute("SELECT current_setting('learnedidx.socket', true) AS s")[0]["s"]
+if not path:
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    path = os.path.join(base, "learnedidx", "accel.sock") if base else "/tmp/learnedidx-%d/accel.sock" % os.getuid()
+payload = json.dumps({"op": op, "id": 1, "args": json.loads(args)}).encode()
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.settimeout(5)
+    s.connect(path)
+except OSError as exc:
+    plpy.error("learnedidx accelerator server is not reachable at %s: %s" % (path, exc),
+               hint="start it with: learnedidx server start --socket %s (or SET learnedidx.socket)" % path,
+               sqlstate="08006")
+try:
+    s.sendall(struct.pack(">2sBBI", b"LX", 1, 0, len(payload)) + payload)
+    s.settimeout(0.2)
+    def recv_exact(n):
+        chunks = []
+        while n:
+            try:
+                c = s.recv(min(n, 1 << 20))
+            except socket.timeout:
+                plpy.execute("SELECT pg_sleep(0)")  # lets cancel requests and statement_timeout in
+                continue
+            if not c:
+                plpy.error("the learnedidx accelerator server at %s closed the connection mid-request" % path,
+                           sqlstate="08006")
+            chunks.append(c)
+            n -= len(c)
+        return b"".join(chunks)
+    magic, version, flags, length = struct.unpack(">2sBBI", recv_exact(8))
+    if magic != b"LX" or version != 1:
+        plpy.error("unexpected reply from the learnedidx accelerator server at %s" % path)
+    reply = json.loads(recv_exact(length))
+finally:
+    s.close()
+if not reply.get("ok"):
+    err = reply.get("error") or {}
+    states = {"permission-denied": "42501", "undefined-table": "42P01", "undefined-column": "42703",
+              "bad-data": "22023", "bad-request": "22023", "unsupported-type": "42804"}
+    plpy.error("learnedidx: %s" % err.get("message", "unknown error"),
+               sqlstate=states.get(err.get("kind"), "XX000"))
+return json.dumps(reply.get("result") or {})
+$py$;
+
+-- Runs a training request and stores the model: output table + catalog row, in the
+-- caller's transaction.
+CREATE FUNCTION learnedidx._train(algorithm text, source text, out_table text, dep text, indep text[],
+                                  params jsonb, snapshot text, caller name, caller_xid xid8)
+RETURNS jsonb LANGUAGE plpython3u VOLATILE AS $py$
+import json
+if caller_xid is not None:
+    plpy.error("learnedidx cannot train inside a transaction that has already written data",
+               detail="The accelerator reads the data through an exported snapshot, which cannot see this "
+                      "transaction's own uncommitted writes.", hint="COMMIT first, then train.", sqlstate="25001")
+if plpy.execute(plpy.prepare("SELECT 1 FROM learnedidx.models WHERE name = $1", ["text"]), [out_table]).nrows():
+    plpy.error("a model named %s already exists in learnedidx.models" % out_table, sqlstate="42710")
+if plpy.execute(plpy.prepare("SELECT to_regclass($1) IS NOT NULL AS e", ["text"]), [out_table])[0]["e"]:
+    plpy.error("output table %s already exists" % out_table, sqlstate="42P07")
+conn = plpy.execute("SELECT split_part(current_setting('unix_socket_directories'), ',', 1) AS host, "
+                    "current_setting('port') AS port, current_database() AS db")[0]
+args = {"algorithm": algorithm, "source": source, "dep": dep, "indep": list(indep), "params": json.loads(params),
+        "snapshot": snapshot, "role": caller, "host": conn["host"].strip(), "port": int(conn["port"]),
+        "dbname": conn["db"], "search_path": plpy.execute("SELECT current_setting('search_path') AS p")[0]["p"]}
+r = json.loads(plpy.execute(plpy.prepare("SELECT learnedidx._call('indb.train', $1::jsonb) AS r", ["text"]),
+                            [json.dumps(args)])[0]["r"])
+m = r["model"]
+stats = [r["loss"], r["num_rows_processed"], r["num_rows_skipped"], r["num_iterations"], r["train_seconds"],
+         r["accel_seconds"]]
+q = plpy.quote_ident
+parts = out_table.split(".")
+if len(parts) > 2:
+    plpy.error("bad output table name %s" % out_table, sqlstate="42602")
+target = ".".join(q(p) for p in parts)
+if algorithm == "lmf":
+    plpy.execute("CREATE TABLE %s (u float8[], v float8[], loss float8, num_rows_processed bigint, "
+                 "num_rows_skipped bigint, num_iterations int, train_seconds float8, accel_seconds float8)" % target)
+    plpy.execute(plpy.prepare("INSERT INTO %s VALUES ($1, $2, $3, $4, $5, $6, $7, $8)" % target,
+                              ["float8[]", "float8[]", "float8", "bigint", "bigint", "int", "float8", "float8"]),
+                 [m["u"], m["v"]] + stats)
+else:
+    plpy.execute("CREATE TABLE %s (coef float8[], loss float8, num_rows_processed bigint, num_rows_skipped bigint, "
+                 "num_iterations int, train_seconds float8, accel_seconds float8)" % target)
+    plpy.execute(plpy.prepare("INSERT INTO %s VALUES ($1, $2, $3, $4, $5, $6, $7)" % target,
+                              ["float8[]", "float8", "bigint", "bigint", "int", "float8", "float8"]),
+                 [m["coef"]] + stats)
+plpy.execute(plpy.prepare(
+    "INSERT INTO learnedidx.models (name, algorithm, source, dep, indep, params, coef, labels, u, v, loss, "
+    "num_rows_processed, num_rows_skipped, num_iterations, train_seconds, accel_seconds, read_path) "
+    "VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+    ["text", "text", "text", "text", "text[]", "text", "float8[]", "float8[]", "float8[]", "float8[]", "float8",
+     "bigint", "bigint", "int", "float8", "float8", "text"]),
+    [out_table, algorithm, source, dep, list(indep), params, m.get("coef"), m.get("labels"), m.get("u"), m.get("v")]
+    + stats + [r.get("path")])
+return json.dumps(r)
+$py$;
+
+CREATE FUNCTION learnedidx._split_indep(indep text) RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$ SELECT array_agg(btrim(c)) FROM unnest(string_to_array(indep, ',')) c $$;
+
+CREATE FUNCTION learnedidx._floats(j jsonb) RETURNS float8[]
+LANGUAGE sql IMMUTABLE AS $$ SELECT ARRAY(SELECT jsonb_array_elements_text(j)::float8) $$;
+
+CREATE TYPE learnedidx.train_result AS (
+    coef float8[], loss float8, num_rows_processed bigint, num_rows_skipped bigint, num_iterations int,
+    train_seconds float8, accel_seconds float8);
+
+CREATE FUNCTION learnedidx._result(r jsonb) RETURNS learnedidx.train_result
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT learnedidx._floats(r->'model'->'coef'), (r->>'loss')::float8, (r->>'num_rows_processed')::bigint,
+           (r->>'num_rows_skipped')::bigint, (r->>'num_iterations')::int, (r->>'train_seconds')::float8,
+           (r->>'accel_seconds')::float8
+$$;
+
+-- The training functions are LANGUAGE sql so that pg_export_snapshot() runs in the caller's
+-- top-level transaction (PL/Python would run it in a subtransaction, which PostgreSQL refuses).
+CREATE FUNCTION learnedidx.linregr_train(source text, out_table text, dep text, indep text,
+                                         "intercept" boolean DEFAULT true)
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
+    SELECT (learnedidx._result(learnedidx._train('linregr', source, out_table, dep, learnedidx._split_indep(indep),
+            jsonb_build_object('intercept', "intercept"), pg_export_snapshot(), session_user,
+            pg_current_xact_id_if_assigned()))).*
+$$;
+
+CREATE FUNCTION learnedidx.logregr_train(source text, out_table text, dep text, indep text,
+                                         grouping_cols text DEFAULT NULL, max_iter int DEFAULT 20,
+                                         optimizer text DEFAULT 'irls', tolerance float8 DEFAULT 0.0001,
+                                         verbose boolean DEFAULT false)
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
+    SELECT (learnedidx._result(learnedidx._train('logregr', source, out_table, dep, learnedidx._split_indep(indep),
+            jsonb_build_object('max_iter', max_iter, 'tolerance', tolerance, 'optimizer', optimizer),
+            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))).*
+$$;
+
+CREATE FUNCTION learnedidx.svm_train(source text, out_table text, dep text, indep text,
+                                     lambda float8 DEFAULT 0.0001, max_iter int DEFAULT 30,
+                                     stepsize float8 DEFAULT 0.1)
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
+    SELECT (learnedidx._result(learnedidx._train('svm', source, out_table, dep, learnedidx._split_indep(indep),
+            jsonb_build_object('lambda', lambda, 'max_iter', max_iter, 'stepsize', stepsize),
+            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))).*
+$$;
+
+CREATE FUNCTION learnedidx.lmf_train(source text, out_table text, col_row text, col_column text, col_value text,
+                                     max_rank int DEFAULT 10, stepsize float8 DEFAULT 0.01,
+                                     lambda float8 DEFAULT 0.01, num_iterations int DEFAULT 50,
+                                     scale_factor float8 DEFAULT 0.1)
+RETURNS TABLE(loss float8, num_rows_processed bigint, num_iterations int, train_seconds float8,
+              accel_seconds float8)
+LANGUAGE sql VOLATILE AS $$
+    SELECT (r->>'loss')::float8, (r->>'num_rows_processed')::bigint, (r->>'num_iterations')::int,
+           (r->>'train_seconds')::float8, (r->>'accel_seconds')::float8
+    FROM learnedidx._train('lmf', source, out_table, col_value, ARRAY[col_row, col_column],
+            jsonb_build_object('rank', max_rank, 'stepsize', stepsize, 'lambda', lambda,
+                               'max_iter', num_iterations, 'scale_factor', scale_factor),
+            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()) r
+$$;
+
+-- User algorithms written in the DSL (see docs/dsl.md).
+CREATE TABLE learnedidx.algorithms (
+    name text PRIMARY KEY,
+    source text NOT NULL,
+    owner name NOT NULL DEFAULT current_user,
+    created timestamptz NOT NULL DEFAULT now()
+);
+GRANT SELECT, INSERT ON learnedidx.algorithms TO PUBLIC;
+
+CREATE FUNCTION learnedidx.register_algorithm(name text, source text) RETURNS text
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    PERFORM learnedidx._call('indb.register', jsonb_build_object('name', name, 'source', source));
+    INSERT INTO learnedidx.algorithms (name, source) VALUES (name, source);
+    RETURN name;
+END $$;
+
+CREATE FUNCTION learnedidx.train(name text, source text, dep text, indep text, params jsonb DEFAULT '{}',
+                                 out_table text DEFAULT NULL)
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
+    SELECT (learnedidx._result(learnedidx._train(name, source, coalesce(out_table, name || '_model'), dep,
+            learnedidx._split_indep(indep),
+            params || jsonb_build_object('dsl_source', (SELECT a.source FROM learnedidx.algorithms a WHERE a.name = train.name)),
+            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))).*
+$$;
+
+-- Prediction: plain SQL over the stored coefficients (no server round trip per row).
+CREATE FUNCTION learnedidx._score(coef float8[], features float8[]) RETURNS float8
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN cardinality(coef) = cardinality(features) + 1
+                THEN coef[1] + (SELECT sum(c * f) FROM unnest(coef[2:], features) AS t(c, f))
+                ELSE (SELECT sum(c * f) FROM unnest(coef, features) AS t(c, f)) END
+$$;
+
+CREATE FUNCTION learnedidx.predict(model text, features float8[]) RETURNS float8
+LANGUAGE sql STABLE AS $$
+    SELECT CASE m.algorithm
+             WHEN 'logregr' THEN (learnedidx._score(m.coef, features) > 0)::int::float8
+             WHEN 'svm' THEN CASE WHEN learnedidx._score(m.coef, features) > 0 THEN m.labels[2] ELSE m.labels[1] END
+             ELSE learnedidx._score(m.coef, features) END
+    FROM learnedidx.models m WHERE m.name = model
+$$;
+
+CREATE FUNCTION learnedidx.predict_proba(model text, features float8[]) RETURNS float8
+LANGUAGE sql STABLE AS $$
+    SELECT 1.0 / (1.0 + exp(-learnedidx._score(m.coef, features)))
+    FROM learnedidx.models m WHERE m.name = model AND m.algorithm = 'logregr'
+$$;
+
+CREATE FUNCTION learnedidx.predict_table(model text, source text, out_table text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    m learnedidx.models;
+    feats text;
+    n bigint;
+BEGIN
+    SELECT * INTO m FROM learnedidx.models WHERE name = model;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no model named %', model USING ERRCODE = '42704';
+    END IF;
+    IF cardinality(m.indep) = 1 THEN
+        feats := format('%I::float8[]', m.indep[1]);
+    ELSE
+        feats := format('ARRAY[%s]::float8[]', (SELECT string_agg(format('%I', c), ', ') FROM unnest(m.indep) c));
+    END IF;
+    EXECUTE format('CREATE TABLE %s AS SELECT s.*, learnedidx.predict(%L, %s) AS prediction FROM %s s',
+                   array_to_string(ARRAY(SELECT quote_ident(x) FROM unnest(parse_ident(out_table)) x), '.'),
+                   model, feats, source::regclass);
+    GET DIAGNOSTICS n = ROW_COUNT;
+    RETURN n;
+END $$;
