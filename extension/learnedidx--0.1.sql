@@ -27,17 +27,18 @@ CREATE TABLE learnedidx.models (
 GRANT SELECT, INSERT ON learnedidx.models TO PUBLIC;
 GRANT USAGE ON SCHEMA learnedidx TO PUBLIC;
 
+-- (The parameter is not called "args": PL/Python reserves that global for the argument list.)
 -- Thin client of the accelerator server (standard library only: this runs in the backend's
 -- Python).  Waits in short slices and runs pg_sleep(0) between them so that
 -- pg_cancel_backend() and statement_timeout interrupt a long training call.
-CREATE FUNCTION learnedidx._call(op text, args jsonb) RETURNS jsonb
+CREATE FUNCTION learnedidx._call(op text, request jsonb) RETURNS jsonb
 LANGUAGE plpython3u VOLATILE AS $py$
 import json, os, socket, struct
 path = plpy.execute("SELECT current_setting('learnedidx.socket', true) AS s")[0]["s"]
 if not path:
     base = os.environ.get("XDG_RUNTIME_DIR")
     path = os.path.join(base, "learnedidx", "accel.sock") if base else "/tmp/learnedidx-%d/accel.sock" % os.getuid()
-payload = json.dumps({"op": op, "id": 1, "args": json.loads(args)}).encode()
+payload = json.dumps({"op": op, "id": 1, "args": json.loads(request)}).encode()
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
     s.settimeout(5)
@@ -78,6 +79,14 @@ if not reply.get("ok"):
 return json.dumps(reply.get("result") or {})
 $py$;
 
+-- Where the server reaches this cluster.  SECURITY DEFINER because reading
+-- unix_socket_directories needs pg_read_all_settings; it only reveals the socket directory.
+CREATE FUNCTION learnedidx._cluster(OUT host text, OUT port int, OUT db text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog AS $$
+    SELECT btrim(split_part(current_setting('unix_socket_directories'), ',', 1)),
+           current_setting('port')::int, current_database()::text
+$$;
+
 -- Runs a training request and stores the model: output table + catalog row, in the
 -- caller's transaction.
 CREATE FUNCTION learnedidx._train(algorithm text, source text, out_table text, dep text, indep text[],
@@ -92,13 +101,13 @@ if plpy.execute(plpy.prepare("SELECT 1 FROM learnedidx.models WHERE name = $1", 
     plpy.error("a model named %s already exists in learnedidx.models" % out_table, sqlstate="42710")
 if plpy.execute(plpy.prepare("SELECT to_regclass($1) IS NOT NULL AS e", ["text"]), [out_table])[0]["e"]:
     plpy.error("output table %s already exists" % out_table, sqlstate="42P07")
-conn = plpy.execute("SELECT split_part(current_setting('unix_socket_directories'), ',', 1) AS host, "
-                    "current_setting('port') AS port, current_database() AS db")[0]
-args = {"algorithm": algorithm, "source": source, "dep": dep, "indep": list(indep), "params": json.loads(params),
+conn = plpy.execute("SELECT * FROM learnedidx._cluster()")[0]
+args = {"algorithm": algorithm, "source": source, "dep": dep, "indep": list(indep), "params": params if isinstance(params, dict) else json.loads(params),
         "snapshot": snapshot, "role": caller, "host": conn["host"].strip(), "port": int(conn["port"]),
         "dbname": conn["db"], "search_path": plpy.execute("SELECT current_setting('search_path') AS p")[0]["p"]}
-r = json.loads(plpy.execute(plpy.prepare("SELECT learnedidx._call('indb.train', $1::jsonb) AS r", ["text"]),
-                            [json.dumps(args)])[0]["r"])
+raw = plpy.execute(plpy.prepare("SELECT learnedidx._call('indb.train', $1::jsonb)::text AS r", ["text"]),
+                   [json.dumps(args)])[0]["r"]
+r = json.loads(raw)
 m = r["model"]
 stats = [r["loss"], r["num_rows_processed"], r["num_rows_skipped"], r["num_iterations"], r["train_seconds"],
          r["accel_seconds"]]
@@ -147,14 +156,15 @@ LANGUAGE sql IMMUTABLE AS $$
            (r->>'accel_seconds')::float8
 $$;
 
+-- Training runs in FROM, not as (f()).*, which would call it once per output column.
 -- The training functions are LANGUAGE sql so that pg_export_snapshot() runs in the caller's
 -- top-level transaction (PL/Python would run it in a subtransaction, which PostgreSQL refuses).
 CREATE FUNCTION learnedidx.linregr_train(source text, out_table text, dep text, indep text,
                                          "intercept" boolean DEFAULT true)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
-    SELECT (learnedidx._result(learnedidx._train('linregr', source, out_table, dep, learnedidx._split_indep(indep),
+    SELECT * FROM learnedidx._result(learnedidx._train('linregr', source, out_table, dep, learnedidx._split_indep(indep),
             jsonb_build_object('intercept', "intercept"), pg_export_snapshot(), session_user,
-            pg_current_xact_id_if_assigned()))).*
+            pg_current_xact_id_if_assigned()))
 $$;
 
 CREATE FUNCTION learnedidx.logregr_train(source text, out_table text, dep text, indep text,
@@ -162,18 +172,18 @@ CREATE FUNCTION learnedidx.logregr_train(source text, out_table text, dep text, 
                                          optimizer text DEFAULT 'irls', tolerance float8 DEFAULT 0.0001,
                                          verbose boolean DEFAULT false)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
-    SELECT (learnedidx._result(learnedidx._train('logregr', source, out_table, dep, learnedidx._split_indep(indep),
+    SELECT * FROM learnedidx._result(learnedidx._train('logregr', source, out_table, dep, learnedidx._split_indep(indep),
             jsonb_build_object('max_iter', max_iter, 'tolerance', tolerance, 'optimizer', optimizer),
-            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))).*
+            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))
 $$;
 
 CREATE FUNCTION learnedidx.svm_train(source text, out_table text, dep text, indep text,
                                      lambda float8 DEFAULT 0.0001, max_iter int DEFAULT 30,
                                      stepsize float8 DEFAULT 0.1)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
-    SELECT (learnedidx._result(learnedidx._train('svm', source, out_table, dep, learnedidx._split_indep(indep),
+    SELECT * FROM learnedidx._result(learnedidx._train('svm', source, out_table, dep, learnedidx._split_indep(indep),
             jsonb_build_object('lambda', lambda, 'max_iter', max_iter, 'stepsize', stepsize),
-            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))).*
+            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))
 $$;
 
 CREATE FUNCTION learnedidx.lmf_train(source text, out_table text, col_row text, col_column text, col_value text,
@@ -211,10 +221,10 @@ END $$;
 CREATE FUNCTION learnedidx.train(name text, source text, dep text, indep text, params jsonb DEFAULT '{}',
                                  out_table text DEFAULT NULL)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
-    SELECT (learnedidx._result(learnedidx._train(name, source, coalesce(out_table, name || '_model'), dep,
+    SELECT * FROM learnedidx._result(learnedidx._train(name, source, coalesce(out_table, name || '_model'), dep,
             learnedidx._split_indep(indep),
             params || jsonb_build_object('dsl_source', (SELECT a.source FROM learnedidx.algorithms a WHERE a.name = train.name)),
-            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))).*
+            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))
 $$;
 
 -- Prediction: plain SQL over the stored coefficients (no server round trip per row).

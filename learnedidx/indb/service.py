@@ -1,1 +1,67 @@
-"""Accelerator-server handlers for in-database training (indb.*)."""
+"""Accelerator-server handlers for in-database training: ``indb.train``, ``indb.register``."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from psycopg.conninfo import make_conninfo
+
+from learnedidx.errors import InDBError
+from learnedidx.indb import engine
+from learnedidx.indb.access import check_readable, open_snapshot_session
+from learnedidx.indb.reader import read_training_data
+from learnedidx.server.registry import handler
+
+
+def _conninfo(args: dict, server_conninfo: str | None) -> str:
+    host, port, db = args.get("host"), args.get("port"), args.get("dbname")
+    if not (isinstance(host, str) and host.startswith("/")):
+        raise InDBError("the calling cluster must be reached through its Unix socket directory")
+    return make_conninfo(server_conninfo or "", host=host, port=str(int(port)), dbname=str(db),
+                         application_name="learnedidx-accelerator")
+
+
+@handler("indb.train")
+def indb_train(args, arrays, ctx):
+    """Read the caller's data under its snapshot and role, train, return the model as JSON."""
+    algorithm = args["algorithm"]
+    source, dep, indep = args["source"], args.get("dep"), list(args["indep"])
+    params = dict(args.get("params") or {})
+    dsl_source = params.pop("dsl_source", None)
+    if algorithm not in engine.ALGORITHMS:
+        from learnedidx.indb import dsl
+
+        if dsl_source:
+            dsl.register_algorithm(algorithm, dsl_source)
+        dsl.get_algorithm(algorithm)  # clear error when unknown
+    t0 = time.perf_counter()
+    conn = open_snapshot_session(_conninfo(args, ctx.server.config.pg_conninfo), snapshot=args.get("snapshot"),
+                                 role=args.get("role"), search_path=args.get("search_path"))
+    try:
+        if algorithm == "lmf":
+            rel = check_readable(conn, source, indep + [dep])
+            td = read_training_data(conn, rel, dep, indep)
+            data = {"row": td.X[:, 0].astype(np.int64), "col": td.X[:, 1].astype(np.int64), "value": td.y}
+        else:
+            rel = check_readable(conn, source, ([dep] if dep else []) + indep)
+            td = read_training_data(conn, rel, dep, indep)
+            data = {"X": td.X, "y": td.y}
+    finally:
+        conn.rollback()
+        conn.close()
+    out = engine.train(algorithm, data, params, threads=int(params.get("threads", 2)), seed=int(params.get("seed", 0)))
+    return {
+        "model": {k: np.asarray(v).tolist() for k, v in out.model.items()},
+        "loss": out.loss, "num_rows_processed": td.rows_total - td.rows_skipped, "num_rows_skipped": td.rows_skipped,
+        "num_iterations": out.iterations, "train_seconds": time.perf_counter() - t0,
+        "accel_seconds": out.modelled_seconds, "path": td.path, "read_seconds": td.seconds,
+    }, {}
+
+
+@handler("indb.register")
+def indb_register(args, arrays, ctx):
+    """Compile and validate a DSL algorithm (also done lazily at train time)."""
+    from learnedidx.indb import dsl
+
+    alg = dsl.register_algorithm(args["name"], args["source"])
+    return {"name": alg.name, "ops_per_tuple": alg.ops_per_tuple}, {}
