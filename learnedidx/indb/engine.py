@@ -281,3 +281,17 @@ def predict_proba(algorithm: str, model: dict, X: np.ndarray) -> np.ndarray:
         raise InDBError("predict_proba is defined for logistic regression only")
     coef = model["coef"]
     return 1.0 / (1.0 + np.exp(-(_with_intercept(X, len(coef) == X.shape[1] + 1) @ coef)))
+
+
+def get_algorithm(name: str):
+    """A registered DSL algorithm by name (see :mod:`learnedidx.indb.dsl`)."""
+    from learnedidx.indb import dsl
+
+    return dsl.get_algorithm(name)
+
+
+def register_algorithm(name: str, source: str):
+    """Compile and register DSL source text; raises DSLError on bad source."""
+    from learnedidx.indb import dsl
+
+    return dsl.register_algorithm(name, source)

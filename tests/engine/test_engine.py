@@ -1,0 +1,76 @@
+"""Engine vs scikit-learn oracles, determinism, bad data and DSL validation."""
+import numpy as np
+import pytest
+from sklearn.datasets import load_breast_cancer, load_diabetes
+from sklearn.linear_model import LinearRegression, LogisticRegression
+from sklearn.preprocessing import StandardScaler
+
+from learnedidx.errors import InDBError
+from learnedidx.indb import engine
+
+
+def test_linregr_matches_sklearn_on_diabetes():
+    X, y = load_diabetes(return_X_y=True)
+    out = engine.train("linregr", {"X": X, "y": y}, threads=2)
+    ref = LinearRegression().fit(X, y)
+    np.testing.assert_allclose(out.model["coef"][0], ref.intercept_, rtol=1e-8)
+    np.testing.assert_allclose(out.model["coef"][1:], ref.coef_, rtol=1e-6, atol=1e-6)
+
+
+def test_logregr_matches_sklearn_on_breast_cancer_subset():
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X[:, :5])
+    out = engine.train("logregr", {"X": X, "y": y.astype(float)}, {"max_iter": 50}, threads=2)
+    ref = LogisticRegression(penalty=None, tol=1e-10, max_iter=10000).fit(X, y)
+    np.testing.assert_allclose(out.model["coef"][1:], ref.coef_[0], rtol=1e-3, atol=1e-3)
+    p = engine.predict_proba("logregr", out.model, X)
+    np.testing.assert_allclose(p, ref.predict_proba(X)[:, 1], atol=1e-4)
+
+
+def test_svm_accuracy_on_breast_cancer_and_determinism():
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X)
+    a = engine.train("svm", {"X": X, "y": y.astype(float)}, threads=2, seed=3)
+    b = engine.train("svm", {"X": X, "y": y.astype(float)}, threads=2, seed=3)
+    assert np.array_equal(a.model["coef"], b.model["coef"])
+    acc = np.mean(engine.predict("svm", a.model, X) == y)
+    assert acc > 0.95
+
+
+def test_lmf_recovers_low_rank_matrix():
+    rng = np.random.default_rng(0)
+    U, V = rng.normal(size=(60, 3)), rng.normal(size=(40, 3))
+    r, c = np.nonzero(rng.random((60, 40)) < 0.5)
+    vals = np.einsum("ij,ij->i", U[r], V[c])
+    out = engine.train("lmf", {"row": r, "col": c, "value": vals},
+                       {"rank": 3, "stepsize": 0.02, "lambda": 0.0, "max_iter": 200}, threads=1)
+    pred = np.einsum("ij,ij->i", out.model["u"][r], out.model["v"][c])
+    assert np.sqrt(np.mean((pred - vals) ** 2)) < 0.3 * np.std(vals)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_inf_rejected(bad):
+    X = np.ones((10, 2))
+    X[3, 1] = bad
+    with pytest.raises(InDBError):
+        engine.train("linregr", {"X": X, "y": np.ones(10)})
+
+
+def test_empty_rejected():
+    with pytest.raises(InDBError):
+        engine.train("linregr", {"X": np.empty((0, 2)), "y": np.empty(0)})
+
+
+@pytest.mark.parametrize("src", ["import os", "x = ().__class__", "def update(:", "y = open('f')"])
+def test_bad_dsl_rejected(src):
+    with pytest.raises(InDBError):
+        engine.register_algorithm("bad", src)
+
+
+def test_cycle_model_sanity():
+    from learnedidx.accel.engine_model import modelled_cycles
+
+    base = modelled_cycles("logregr", 10_000, 54, 1, units=4)
+    assert modelled_cycles("logregr", 10_000, 54, 1, units=8) < base
+    assert modelled_cycles("logregr", 20_000, 54, 1, units=4) > base
+    assert modelled_cycles("logregr", 10_000, 100, 1, units=4) > base
