@@ -251,7 +251,7 @@ ALGORITHMS = {"linregr": _linregr, "logregr": _logregr, "svm": _svm, "lmf": _lmf
 def train(algorithm: str, data: dict, params: dict | None = None, *, threads: int = 2, seed: int = 0) -> TrainOutput:
     """Train ``algorithm`` on arrays: {"X", "y"} or, for LMF, {"row", "col", "value"}."""
     params = dict(params or {})
-    if algorithm not in ALGORITHMS:
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         from learnedidx.indb import dsl
 
         return dsl.train_registered(algorithm, data, params, threads=threads, seed=seed)
