@@ -180,7 +180,9 @@ class Server:
             return error("bad-request", "request has no 'op'")
         fn = registry.lookup(op)
         if fn is None:
-            return error("unknown-op", f"unknown operation {op!r}")
+            why = "".join(f"; handlers of {m} failed to load: {e}" for m, e in self.failed_modules.items()
+                          if op.split(".")[0] in m)
+            return error("unknown-op", f"unknown operation {op!r}{why}")
         args = req.get("args") or {}
         if not isinstance(args, dict):
             return error("bad-request", "'args' must be an object")
