@@ -105,6 +105,13 @@ conn = plpy.execute("SELECT * FROM learnedidx._cluster()")[0]
 args = {"algorithm": algorithm, "source": source, "dep": dep, "indep": list(indep), "params": params if isinstance(params, dict) else json.loads(params),
         "snapshot": snapshot, "role": caller, "host": conn["host"].strip(), "port": int(conn["port"]),
         "dbname": conn["db"], "search_path": plpy.execute("SELECT current_setting('search_path') AS p")[0]["p"]}
+# Session settings learnedidx.reader (auto, strider, copy) and learnedidx.threads apply unless params name them.
+for key in ("reader", "threads"):
+    v = plpy.execute("SELECT current_setting('learnedidx.%s', true) AS v" % key)[0]["v"]
+    if v and key not in args["params"]:
+        if key == "threads" and not v.isdigit():
+            plpy.error("learnedidx.threads must be a positive integer, not %r" % v, sqlstate="22023")
+        args["params"][key] = int(v) if key == "threads" else v
 raw = plpy.execute(plpy.prepare("SELECT learnedidx._call('indb.train', $1::jsonb)::text AS r", ["text"]),
                    [json.dumps(args)])[0]["r"]
 r = json.loads(raw)

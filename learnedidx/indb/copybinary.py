@@ -37,7 +37,11 @@ def _f64(buf, p):
 
 @njit(cache=True, nogil=True)
 def _scan(buf, start, n_fields, array_field):
-    """First pass: (rows, array width, error code)."""
+    """First pass: (rows, array width, error code).
+
+    The width is that of the first usable row's array (no NULL anywhere, one dimension,
+    no NULL elements), as on the Strider path; rows with other widths are not usable.
+    """
     p = start
     rows = 0
     width = -1
@@ -49,15 +53,24 @@ def _scan(buf, start, n_fields, array_field):
         if cnt != n_fields:
             return rows, width, 1
         p += 2
+        usable = True
+        row_width = -1
         for f in range(n_fields):
+            if p + 4 > n:
+                return rows, width, 2
             ln = _i32(buf, p)
             p += 4
             if ln < 0:
+                usable = False
                 continue
-            if f == array_field and width < 0:
-                ndim = _i32(buf, p)
-                width = _i32(buf, p + 12) if ndim == 1 else 0
+            if f == array_field:
+                if _i32(buf, p) == 1 and _i32(buf, p + 4) == 0:
+                    row_width = _i32(buf, p + 12)
+                else:
+                    usable = False
             p += ln
+        if width < 0 and usable and row_width >= 0:
+            width = row_width
         rows += 1
     return rows, width, 2
 

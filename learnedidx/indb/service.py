@@ -35,16 +35,19 @@ def indb_train(args, arrays, ctx):
             dsl.register_algorithm(algorithm, dsl_source)
         dsl.get_algorithm(algorithm)  # clear error when unknown
     t0 = time.perf_counter()
-    conn = open_snapshot_session(_conninfo(args, ctx.server.config.pg_conninfo), snapshot=args.get("snapshot"),
+    conninfo = _conninfo(args, ctx.server.config.pg_conninfo)
+    read = {"path": str(params.pop("reader", "auto")), "page_conninfo": conninfo,
+            "connections": int(params.get("threads", 2))}
+    conn = open_snapshot_session(conninfo, snapshot=args.get("snapshot"),
                                  role=args.get("role"), search_path=args.get("search_path"))
     try:
         if algorithm == "lmf":
             rel = check_readable(conn, source, indep + [dep])
-            td = read_training_data(conn, rel, dep, indep)
+            td = read_training_data(conn, rel, dep, indep, **read)
             data = {"row": td.X[:, 0].astype(np.int64), "col": td.X[:, 1].astype(np.int64), "value": td.y}
         else:
             rel = check_readable(conn, source, ([dep] if dep else []) + indep)
-            td = read_training_data(conn, rel, dep, indep)
+            td = read_training_data(conn, rel, dep, indep, **read)
             data = {"X": td.X, "y": td.y}
     finally:
         conn.rollback()

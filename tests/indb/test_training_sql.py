@@ -47,7 +47,7 @@ def test_linregr_matches_sklearn_on_diabetes(db):
     np.testing.assert_allclose(out[0], row[0])
     cat = db.execute("SELECT algorithm, source, dep, indep, owner, read_path FROM learnedidx.models "
                      "WHERE name = 'diabetes_model'").fetchone()
-    assert cat[:4] == ("linregr", "diabetes", "y", ["features"]) and cat[5] == "copy"
+    assert cat[:4] == ("linregr", "diabetes", "y", ["features"]) and cat[5] == "strider"
     pred = db.execute("SELECT learnedidx.predict('diabetes_model', features) FROM diabetes ORDER BY id").fetchall()
     np.testing.assert_allclose([p[0] for p in pred], sk.predict(X), rtol=1e-6)
 
@@ -228,3 +228,24 @@ def test_dsl_algorithm_registered_from_sql_and_python(db, postgresql_proc):
     names = {r[0] for r in db.execute("SELECT name FROM learnedidx.algorithms").fetchall()}
     assert {"my_logregr", "my_logregr2", "my_logregr3"} <= names
     eng.dispose()
+
+
+def test_strider_and_copy_paths_train_the_same_model(db):
+    X, y = load_diabetes(return_X_y=True)
+    _load(db, "diab2", X, y)
+    db.execute("DELETE FROM diab2 WHERE id % 10 = 0")  # dead tuples on the pages
+    coefs = {}
+    for reader in ("strider", "copy"):
+        db.execute(f"SET learnedidx.reader = '{reader}'")
+        coefs[reader] = db.execute(f"SELECT coef, num_rows_processed FROM learnedidx.linregr_train("
+                                   f"'diab2', 'diab2_{reader}', 'y', 'features')").fetchone()
+        path = db.execute("SELECT read_path FROM learnedidx.models WHERE name = %s", (f"diab2_{reader}",)).fetchone()
+        assert path == (reader,)
+    db.execute("RESET learnedidx.reader")
+    assert coefs["strider"][1] == coefs["copy"][1] == 442 - 44
+    np.testing.assert_allclose(coefs["strider"][0], coefs["copy"][0], rtol=1e-9)
+    db.execute("SET learnedidx.reader = 'pages'")
+    with pytest.raises(psycopg.Error, match="reader must be one of"):
+        db.execute("SELECT * FROM learnedidx.linregr_train('diab2', 'diab2_bad', 'y', 'features')")
+    db.execute("RESET learnedidx.reader")
+    assert db.execute("SELECT count(*) FROM learnedidx.models WHERE name = 'diab2_bad'").fetchone() == (0,)
