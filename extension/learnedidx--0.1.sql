@@ -115,7 +115,13 @@ for key in ("reader", "threads"):
 raw = plpy.execute(plpy.prepare("SELECT learnedidx._call('indb.train', $1::jsonb)::text AS r", ["text"]),
                    [json.dumps(args)])[0]["r"]
 r = json.loads(raw)
-m = r["model"]
+def lit(v):
+    # Array literals pass as text: converting nested lists element by element in PL/Python
+    # costs far more than PostgreSQL parsing one float8[] literal.
+    if v is None:
+        return None
+    return "{" + ",".join(lit(x) if isinstance(x, list) else repr(float(x)) for x in v) + "}"
+m = {k: lit(v) for k, v in r["model"].items()}
 stats = [r["loss"], r["num_rows_processed"], r["num_rows_skipped"], r["num_iterations"], r["train_seconds"],
          r["accel_seconds"]]
 q = plpy.quote_ident
@@ -126,20 +132,21 @@ target = ".".join(q(p) for p in parts)
 if algorithm == "lmf":
     plpy.execute("CREATE TABLE %s (u float8[], v float8[], loss float8, num_rows_processed bigint, "
                  "num_rows_skipped bigint, num_iterations int, train_seconds float8, accel_seconds float8)" % target)
-    plpy.execute(plpy.prepare("INSERT INTO %s VALUES ($1, $2, $3, $4, $5, $6, $7, $8)" % target,
-                              ["float8[]", "float8[]", "float8", "bigint", "bigint", "int", "float8", "float8"]),
+    plpy.execute(plpy.prepare("INSERT INTO %s VALUES ($1::float8[], $2::float8[], $3, $4, $5, $6, $7, $8)" % target,
+                              ["text", "text", "float8", "bigint", "bigint", "int", "float8", "float8"]),
                  [m["u"], m["v"]] + stats)
 else:
     plpy.execute("CREATE TABLE %s (coef float8[], loss float8, num_rows_processed bigint, num_rows_skipped bigint, "
                  "num_iterations int, train_seconds float8, accel_seconds float8)" % target)
-    plpy.execute(plpy.prepare("INSERT INTO %s VALUES ($1, $2, $3, $4, $5, $6, $7)" % target,
-                              ["float8[]", "float8", "bigint", "bigint", "int", "float8", "float8"]),
+    plpy.execute(plpy.prepare("INSERT INTO %s VALUES ($1::float8[], $2, $3, $4, $5, $6, $7)" % target,
+                              ["text", "float8", "bigint", "bigint", "int", "float8", "float8"]),
                  [m["coef"]] + stats)
 plpy.execute(plpy.prepare(
     "INSERT INTO learnedidx.models (name, algorithm, source, dep, indep, params, coef, labels, u, v, loss, "
     "num_rows_processed, num_rows_skipped, num_iterations, train_seconds, accel_seconds, read_path) "
-    "VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
-    ["text", "text", "text", "text", "text[]", "text", "float8[]", "float8[]", "float8[]", "float8[]", "float8",
+    "VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::float8[], $8::float8[], $9::float8[], $10::float8[], $11, $12, $13, "
+    "$14, $15, $16, $17)",
+    ["text", "text", "text", "text", "text[]", "text", "text", "text", "text", "text", "float8",
      "bigint", "bigint", "int", "float8", "float8", "text"]),
     [out_table, algorithm, source, dep, list(indep), params, m.get("coef"), m.get("labels"), m.get("u"), m.get("v")]
     + stats + [r.get("path")])

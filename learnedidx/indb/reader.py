@@ -67,8 +67,9 @@ def _read_strider(conn, conninfo, rel, dep, indep, connections) -> TrainingData:
     res = strider.read(conn, conninfo, rel, unique, array, connections=connections)
     scal = res.scal[:, [unique.index(c) for c in scalars]]
     valid = res.valid
-    y = scal[valid, 0] if dep is not None else None
-    X = res.arr[valid] if array else scal[valid, (1 if dep is not None else 0):]
+    keep = slice(None) if valid.all() else valid  # no copy of the feature matrix when every row is usable
+    y = scal[keep, 0] if dep is not None else None
+    X = res.arr[keep] if array else scal[keep, (1 if dep is not None else 0):]
     return TrainingData(np.ascontiguousarray(X), y, len(valid), int((~valid).sum()), "strider",
                         time.perf_counter() - t0)
 
