@@ -128,10 +128,19 @@ class Durability:
         else:
             if ckpts:
                 raise CorruptLogError(f"no readable checkpoint in {self.dir}: {'; '.join(notes)}")
-        for seg in self._segments("wal", ".log"):
-            if seg < base:
-                continue
+        segs = [seg for seg in self._segments("wal", ".log") if seg >= base]
+        for i, seg in enumerate(segs):
+            damaged_before = len(notes)
             rec.log.extend(self._read_log(self._wal(seg), notes))
+            if len(notes) > damaged_before and i + 1 < len(segs):
+                # Replay stops at the last good record: later segments would apply writes after a
+                # hole in the history.  They are kept aside, not deleted.
+                for later in segs[i + 1:]:
+                    path = self._wal(later)
+                    os.replace(path, path.with_name(path.name + ".damaged"))
+                    notes.append(f"set aside {path.name} (after the damaged record) as {path.name}.damaged")
+                self._fsync_dir()
+                break
         for n in notes:
             warnings.warn(n, LogRecoveryWarning, stacklevel=2)
         rec.warnings = notes

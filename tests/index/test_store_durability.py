@@ -150,3 +150,24 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path):
             keys = list(db)
             assert keys == sorted(keys) and len(keys) == len(db)
     assert len(acked) > 100
+
+
+def test_damage_in_an_earlier_segment_stops_replay_there(tmp_path):
+    d = Durability(tmp_path / "db")
+    d.recover()
+    d.log_put(b"a", b"1")
+    d.log_put(b"b", b"2")
+    d.start_checkpoint()  # rotate; the crash comes before the checkpoint is written
+    d.log_put(b"c", b"3")
+    d.close()
+    first, second = _wal_files(tmp_path / "db")
+    data = bytearray(first.read_bytes())
+    data[-1] ^= 0xFF  # damage the record of b"b"
+    first.write_bytes(bytes(data))
+    d2 = Durability(tmp_path / "db")
+    with pytest.warns(LogRecoveryWarning, match="set aside"):
+        rec = d2.recover()
+    # a consistent prefix of the history: "c" came after the hole, so it is not replayed
+    assert [k for _, k, _ in rec.log] == [b"a"]
+    assert (tmp_path / "db" / (second.name + ".damaged")).exists() and not second.exists()
+    d2.close()
