@@ -2,16 +2,19 @@
 ``server`` (jobs sent to the accelerator server)."""
 from __future__ import annotations
 
-import logging
+import hashlib
+import itertools
+import threading
 import time
+import uuid
+from collections import OrderedDict
 
 import numpy as np
 
 from learnedidx.accel.config import DeviceConfig
 from learnedidx.accel.fpga import FpgaDatapath
+from learnedidx.errors import RemoteError
 from learnedidx.index.training import TrainResult
-
-log = logging.getLogger(__name__)
 
 
 class FpgaEmuBackend:
@@ -39,6 +42,12 @@ class FpgaEmuBackend:
 class ServerBackend:
     """Sends train jobs to the accelerator server (arrays through shared memory).
 
+    With ``cache_r`` (default) the memoized R stays on the server: every job names a group
+    id (this backend's namespace + a counter) and version, and an incremental job whose
+    ``R_old`` is an R this server returned sends only the group id and version.  The store
+    hands over R factors, not group ids, so R's are recognised by a digest of their bytes.
+    A cache miss on the server (evicted, or the server restarted) resends R.
+
     A dead or silent server raises :class:`~learnedidx.errors.ServerUnavailableError`; the
     store then trains in-process and logs one warning.
     """
@@ -46,22 +55,53 @@ class ServerBackend:
     name = "server"
 
     def __init__(self, socket: str | None = None, timeout: float = 30.0, token: str | None = None,
-                 tcp: tuple[str, int] | None = None) -> None:
+                 tcp: tuple[str, int] | None = None, cache_r: bool = True, max_groups: int = 1 << 16) -> None:
         from learnedidx.server.client import Client
 
         self.client = Client(tcp or socket, token=token, timeout=timeout)
+        self.cache_r = cache_r
+        self.max_groups = max_groups
+        self._ns = uuid.uuid4().hex[:16]
+        self._ids = itertools.count()
+        self._known: OrderedDict[bytes, tuple[str, int]] = OrderedDict()  # digest of R -> (group, version)
+        self._lock = threading.Lock()
 
-    def _result(self, t0, result, arrays) -> TrainResult:
-        return TrainResult(R=arrays["R"], coef=arrays["coef"], seconds=time.perf_counter() - t0,
+    def _remember(self, R: np.ndarray, group: str, version: int) -> None:
+        with self._lock:
+            self._known[_digest(R)] = (group, version)
+            while len(self._known) > self.max_groups:
+                self._known.popitem(last=False)
+
+    def _call(self, op: str, args: dict, arrays: dict[str, np.ndarray]) -> TrainResult:
+        t0 = time.perf_counter()
+        result, out = self.client.call(op, args, arrays)
+        if "group" in result:
+            self._remember(out["R"], result["group"], int(result["version"]))
+        return TrainResult(R=out["R"], coef=out["coef"], seconds=time.perf_counter() - t0,
                            device_cycles=int(result.get("cycles", 0)),
                            info={"device_seconds": result.get("device_seconds", 0.0),
-                                 "server_seconds": result.get("host_seconds", 0.0)})
+                                 "server_seconds": result.get("host_seconds", 0.0),
+                                 "r_cached": bool(result.get("r_cached"))})
+
+    def _new_group(self) -> dict:
+        return {"group": f"{self._ns}-{next(self._ids)}", "version": 0} if self.cache_r else {}
 
     def train_full(self, A, b) -> TrainResult:
-        t0 = time.perf_counter()
-        return self._result(t0, *self.client.call("train.full", arrays={"A": A, "b": b}))
+        return self._call("train.full", self._new_group(), {"A": A, "b": b})
 
     def train_incremental(self, R_old, A_delta, A, b) -> TrainResult:
-        t0 = time.perf_counter()
-        return self._result(t0, *self.client.call(
-            "train.incremental", arrays={"R_old": R_old, "A_delta": A_delta, "A": A, "b": b}))
+        arrays = {"A_delta": A_delta, "A": A, "b": b}
+        if self.cache_r:
+            with self._lock:
+                known = self._known.pop(_digest(R_old), None)
+            if known is not None:
+                try:
+                    return self._call("train.incremental", {"group": known[0], "version": known[1]}, arrays)
+                except RemoteError as exc:
+                    if exc.kind != "cache-miss":
+                        raise
+        return self._call("train.incremental", self._new_group(), {"R_old": R_old, **arrays})
+
+
+def _digest(R: np.ndarray) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(R, np.float64).tobytes(), digest_size=16).digest()

@@ -1,8 +1,10 @@
 """The server's training device: the CPU kernels or the emulated FPGA, with job accounting."""
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections import OrderedDict
 
 import numpy as np
 
@@ -11,12 +13,50 @@ from learnedidx.accel.fpga import FpgaDatapath
 from learnedidx.errors import ConfigError
 
 
-class Device:
-    """Runs train jobs; at most ``units`` at once (the emulated device's QR units; CPU: one per core)."""
+class RCache:
+    """Memoized R factors held in device memory, keyed by group id: the latest version of
+    each group, least recently used groups dropped beyond ``groups``."""
 
-    def __init__(self, name: str, config: DeviceConfig, slots: int) -> None:
+    def __init__(self, groups: int) -> None:
+        self.groups = max(0, groups)
+        self._lock = threading.Lock()
+        self._data: OrderedDict[str, tuple[int, np.ndarray]] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, group: str, version: int) -> np.ndarray | None:
+        with self._lock:
+            hit = self._data.get(group)
+            if hit is None or hit[0] != version:
+                self.misses += 1
+                return None
+            self._data.move_to_end(group)
+            self.hits += 1
+            return hit[1]
+
+    def put(self, group: str, version: int, R: np.ndarray) -> None:
+        with self._lock:
+            self._data[group] = (version, R)
+            self._data.move_to_end(group)
+            while len(self._data) > self.groups:
+                self._data.popitem(last=False)
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"groups": len(self._data), "hits": self.hits, "misses": self.misses}
+
+
+class Device:
+    """Runs train jobs and accounts for them.
+
+    ``fpga-emu``: one job at a time — a job occupies the whole emulated device (its row
+    blocks spread over every unit's PUs, one unit re-factors the stacked R's), later jobs
+    queue.  ``cpu``: one job per core.
+    """
+
+    def __init__(self, name: str, config: DeviceConfig, slots: int, r_cache_groups: int = 4096) -> None:
         self.name = name
         self.config = config
+        self.r_cache = RCache(r_cache_groups)
         self._slots = threading.Semaphore(slots)
         self._lock = threading.Lock()
         self._queued = 0
@@ -24,17 +64,17 @@ class Device:
         self.datapath = FpgaDatapath(config) if name == "fpga-emu" else None
 
     @classmethod
-    def create(cls, backend: str, config_path: str | None = None, **overrides) -> "Device":
+    def create(cls, backend: str, config_path: str | None = None, *, r_cache_groups: int = 4096,
+               **overrides) -> "Device":
         if backend not in ("cpu", "fpga-emu"):
             raise ConfigError(f"device backend must be 'cpu' or 'fpga-emu', not {backend!r}")
         cfg = DeviceConfig.load(config_path, **overrides)
-        import os
-
-        return cls(backend, cfg, cfg.units if backend == "fpga-emu" else max(1, os.cpu_count() or 1))
+        return cls(backend, cfg, 1 if backend == "fpga-emu" else max(1, os.cpu_count() or 1), r_cache_groups)
 
     def run(self, kind: str, A: np.ndarray, b: np.ndarray, R_old: np.ndarray | None = None,
-            A_delta: np.ndarray | None = None) -> dict:
-        """Train one group; returns R, coef, cycles, device/host seconds."""
+            A_delta: np.ndarray | None = None, r_resident: bool = False) -> dict:
+        """Train one group; returns R, coef, cycles, device/host seconds.  ``r_resident``:
+        R_old is already in device memory (not charged as a transfer)."""
         _validate(A, b, R_old, A_delta)
         with self._lock:
             self._queued += 1
@@ -44,7 +84,7 @@ class Device:
             t0 = time.perf_counter()
             if self.datapath is not None:
                 R, x, cycles = (self.datapath.full(A, b) if kind == "full"
-                                else self.datapath.incremental(R_old, A_delta, A, b))
+                                else self.datapath.incremental(R_old, A_delta, A, b, r_resident))
             else:
                 from learnedidx.index.qr import solve_full, solve_incremental
 
@@ -62,7 +102,7 @@ class Device:
     def stats(self) -> dict:
         with self._lock:
             return {"backend": self.name, "queue_length": self._queued, **self._stats,
-                    "config": self.config.to_dict()}
+                    "r_cache": self.r_cache.stats(), "config": self.config.to_dict()}
 
 
 def _validate(A, b, R_old, A_delta) -> None:

@@ -181,7 +181,10 @@ class FpgaDatapath:
         x = back_solve(R, np.ascontiguousarray(Raug[:n, n]), n)
         return R.astype(np.float64), x.astype(np.float64), cycles_full(self.cfg, N, n)
 
-    def incremental(self, R_old: np.ndarray, A_delta: np.ndarray, A: np.ndarray, b: np.ndarray):
+    def incremental(self, R_old: np.ndarray, A_delta: np.ndarray, A: np.ndarray, b: np.ndarray,
+                    r_resident: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
+        """(R, coef, cycles) of SIA's memoized retrain; ``r_resident``: R_old is already in
+        device memory (its transfer is not charged)."""
         N, n = A.shape
         self.check(n)
         d = A_delta.shape[0]
@@ -198,7 +201,7 @@ class FpgaDatapath:
         atb = np.array([tree_dot(At[j], bb, 0, self.cfg.dot_width) for j in range(n)], self.dtype)
         z = forward_solve_t(R, atb, n)
         x = back_solve(R, z, n)
-        return R.astype(np.float64), x.astype(np.float64), cycles_incremental(self.cfg, N, n, d)
+        return R.astype(np.float64), x.astype(np.float64), cycles_incremental(self.cfg, N, n, d, r_resident)
 
 
 # ---------------------------------------------------------------------- cycle model
@@ -243,10 +246,11 @@ def cycles_full(cfg: DeviceConfig, N: int, n: int) -> int:
             + _solve_cycles(cfg, n) + transfer_cycles(cfg, (n * n + n) * itemsize))
 
 
-def cycles_incremental(cfg: DeviceConfig, N: int, n: int, d: int) -> int:
+def cycles_incremental(cfg: DeviceConfig, N: int, n: int, d: int, r_resident: bool = False) -> int:
     itemsize = 4 if cfg.precision == "fp32" else 8
+    r_in = 0 if r_resident else n * n
     lanes = cfg.units * cfg.pus_per_unit
     atb = math.ceil(n / lanes) * _dot_cycles(cfg, N)
     merge = qr_unit_cycles(cfg, 2 * n, n) if d else 0
-    return (transfer_cycles(cfg, (d * n + N * (n + 1) + n * n) * itemsize) + (_tsqr_cycles(cfg, d, n) if d else 0)
+    return (transfer_cycles(cfg, (d * n + N * (n + 1) + r_in) * itemsize) + (_tsqr_cycles(cfg, d, n) if d else 0)
             + merge + atb + 2 * _solve_cycles(cfg, n) + transfer_cycles(cfg, (n * n + n) * itemsize))

@@ -66,11 +66,13 @@ def stop(socket: str = typer.Option(default_socket_path(), "--socket")) -> None:
         pf.unlink(missing_ok=True)
         typer.echo("server was not running")
         return
-    for _ in range(100):
-        if not Path(socket).exists():
-            break
+    for _ in range(100):  # the server removes its socket, then its pidfile, on the way out
+        if not Path(socket).exists() and not pf.exists():
+            typer.echo(f"stopped server pid {pid}")
+            return
         time.sleep(0.1)
-    typer.echo(f"stopped server pid {pid}")
+    typer.echo(f"server pid {pid} has not exited after 10 s", err=True)
+    raise typer.Exit(1)
 
 
 @app.command()

@@ -7,6 +7,7 @@ the socket: an array ref is ``{"shm", "dtype", "shape", "offset"}``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import struct
@@ -21,6 +22,7 @@ MAGIC = b"LX"
 VERSION = 1
 HEADER = struct.Struct(">2sBBI")
 DEFAULT_MAX_MESSAGE = 64 << 20
+DEFAULT_MAX_ARRAY_BYTES = 1 << 30  #: total bytes of one request's arrays the server accepts
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "learnedidx-"
 
@@ -85,11 +87,19 @@ def export_arrays(arrays: dict[str, np.ndarray]) -> tuple[dict, list[Path]]:
     return refs, paths
 
 
-def import_arrays(refs: dict) -> dict[str, np.ndarray]:
-    """Copy the arrays named by ``refs`` out of shared memory; ProtocolError on a bad ref."""
+class TooLargeError(ProtocolError):
+    """A request's arrays exceed the receiver's limit (error kind ``too-large``)."""
+
+    kind = "too-large"
+
+
+def import_arrays(refs: dict, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """Copy the arrays named by ``refs`` out of shared memory; ProtocolError on a bad ref,
+    TooLargeError when together they exceed ``max_bytes``."""
     out = {}
     if not isinstance(refs, dict):
         raise ProtocolError("arrays must be an object of refs")
+    total = 0
     for name, r in refs.items():
         try:
             shm, dtype, shape, offset = r["shm"], np.dtype(r["dtype"]), tuple(int(x) for x in r["shape"]), int(r.get("offset", 0))
@@ -99,7 +109,10 @@ def import_arrays(refs: dict) -> dict[str, np.ndarray]:
             raise ProtocolError(f"bad shared-memory name or dtype for {name!r}")
         if any(s < 0 for s in shape) or offset < 0:
             raise ProtocolError(f"bad shape/offset for {name!r}")
-        count = int(np.prod(shape)) if shape else 1
+        count = math.prod(shape)  # Python ints: no overflow for absurd shapes
+        total += count * dtype.itemsize
+        if max_bytes is not None and total > max_bytes:
+            raise TooLargeError(f"arrays of {total} bytes exceed the limit of {max_bytes}")
         path = SHM_DIR / shm
         try:
             size = path.stat().st_size

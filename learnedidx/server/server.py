@@ -35,6 +35,8 @@ class ServerConfig:
     backend: str = "cpu"  #: device for train.* jobs: cpu or fpga-emu
     device_config: str | None = None  #: file with the emulated device's parameters
     max_message_bytes: int = P.DEFAULT_MAX_MESSAGE
+    max_array_bytes: int = P.DEFAULT_MAX_ARRAY_BYTES  #: per request, summed over its arrays
+    r_cache_groups: int = 4096  #: memoized R factors kept for train.incremental (LRU, latest version per group)
     socket_mode: int = 0o600
     pg_conninfo: str | None = None  #: how indb.* handlers reach PostgreSQL
 
@@ -63,7 +65,7 @@ class Server:
                 log.warning("handlers of %s not loaded: %s", mod, exc)
         from learnedidx.accel.device import Device
 
-        self.device = Device.create(config.backend, config.device_config)
+        self.device = Device.create(config.backend, config.device_config, r_cache_groups=config.r_cache_groups)
 
     # ------------------------------------------------------------------ lifecycle
     def bind(self) -> None:
@@ -145,7 +147,13 @@ class Server:
                     return  # framing is lost: close the connection
                 except OSError:
                     return
-                reply, paths = self._dispatch(req, tcp)
+                try:
+                    reply, paths = self._dispatch(req, tcp)
+                except Exception as exc:  # e.g. /dev/shm full while exporting the reply
+                    log.exception("request failed outside its handler")
+                    self._count(None, error=True)
+                    reply, paths = {"id": req.get("id"), "ok": False,
+                                    "error": {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}}, []
                 ok = self._reply(conn, reply)
                 if not ok:
                     P.unlink(paths)
@@ -187,9 +195,9 @@ class Server:
         if not isinstance(args, dict):
             return error("bad-request", "'args' must be an object")
         try:
-            arrays = P.import_arrays(req.get("arrays") or {})
+            arrays = P.import_arrays(req.get("arrays") or {}, self.config.max_array_bytes)
         except ProtocolError as exc:
-            return error("bad-request", str(exc))
+            return error(getattr(exc, "kind", "bad-request"), str(exc))
         ctx = registry.HandlerContext(server=self, peer="tcp" if tcp else "unix", state=self.state)
         try:
             result, out_arrays = fn(args, arrays, ctx)

@@ -85,3 +85,32 @@ def test_config_file_and_bad_values(tmp_path):
         DeviceConfig.load(None, units=0)
     with pytest.raises(ConfigError):
         DeviceConfig.load(None, warp_drive=1)
+
+
+def test_fp32_arithmetic_is_really_fp32_and_r_resident_skips_the_transfer():
+    rng = np.random.default_rng(5)
+    A, b = _group(rng, 4000, 8)
+    x32 = FpgaDatapath(DeviceConfig(precision="fp32")).full(A, b)[1]
+    x64 = FpgaDatapath(DeviceConfig(precision="fp64", dot_width=8)).full(A, b)[1]
+    rel = np.abs(A @ x32 - A @ x64).max() / np.abs(A @ x64).max()
+    assert 1e-9 < rel < 1e-3  # FP32 rounding shows, within FP32 tolerance
+    cfg = DeviceConfig()
+    assert cycles_incremental(cfg, 4000, 9, 40, r_resident=True) < cycles_incremental(cfg, 4000, 9, 40)
+
+
+def test_store_trained_on_the_emulated_device_answers_like_cpu():
+    import learnedidx
+
+    keys = [b"user%07d" % (i * 7919 % 1000003) for i in range(6000)]
+    with learnedidx.open(retrain="off", group_size=512, trainer="fpga-emu") as fpga, \
+            learnedidx.open(retrain="off", group_size=512) as cpu:
+        for db in (fpga, cpu):
+            db.put_many(keys[:5000], keys[:5000])
+            for k in keys[5000:]:
+                db.put(k, k[::-1])
+            db.retrain_now()
+        assert fpga.stats()["device_cycles"] > 0 and not fpga.stats()["trainer_failed"]
+        assert fpga.stats()["retrains_incremental"] > 0
+        probe = keys + [b"user-missing%d" % i for i in range(100)]
+        assert fpga.get_many(probe) == cpu.get_many(probe)
+        assert fpga.scan(keys[17], 50) == cpu.scan(keys[17], 50)

@@ -175,3 +175,54 @@ def test_store_offloads_to_server_and_survives_its_death(tmp_path):
         assert s["trainer_failed"] is True  # fell back to in-process training
         assert db.get_many(list(ref)) == list(ref.values())
         assert len(db) == len(ref)
+
+
+def test_oversized_arrays_get_too_large_replies(tmp_path):
+    from learnedidx.server.server import Server, ServerConfig
+
+    srv = Server(ServerConfig(socket_path=str(tmp_path / "big.sock"), max_array_bytes=64 << 10))
+    srv.bind()
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        with Client(srv.config.socket_path) as c:
+            with pytest.raises(RemoteError) as e:
+                c.call("train.full", arrays={"A": np.ones((5000, 2)), "b": np.ones(5000)})
+            assert e.value.kind == "too-large"
+            refs, paths = P.export_arrays({"A": np.ones((4, 2)), "b": np.ones(4)})
+            refs["A"]["shape"] = [1 << 62, 1 << 62]  # its byte count overflows int64
+            s = _raw(srv.config.socket_path)
+            try:
+                P.write_frame(s, {"op": "train.full", "id": 7, "arrays": refs})
+                assert P.read_frame(s)["error"]["kind"] == "too-large"
+            finally:
+                s.close()
+                P.unlink(paths)
+            assert c.call("health")[0]["status"] == "ok"
+            assert c.call("train.full", arrays={"A": np.ones((50, 2)), "b": np.arange(50.0)})[1]["coef"].shape == (2,)
+    finally:
+        srv.stop()
+        t.join(5)
+
+
+def test_cli_daemon_status_stop(tmp_path):
+    import subprocess
+    import sys
+
+    sock = str(tmp_path / "d" / "accel.sock")
+    cli = [sys.executable, "-m", "learnedidx.cli", "server"]
+    out = subprocess.run(cli + ["start", "--daemon", "--socket", sock, "--backend", "fpga-emu"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    pid = int(open(sock + ".pid").read())
+    try:
+        st = subprocess.run(cli + ["status", "--socket", sock], capture_output=True, text=True, timeout=60)
+        assert st.returncode == 0
+        info = json.loads(st.stdout)
+        assert info["health"]["pid"] == pid and info["stats"]["device"]["backend"] == "fpga-emu"
+        assert info["stats"]["device"]["config"]["units"] == 4
+    finally:
+        subprocess.run(cli + ["stop", "--socket", sock], capture_output=True, timeout=60)
+    assert not os.path.exists(sock) and not os.path.exists(sock + ".pid")
+    with pytest.raises(ServerUnavailableError):
+        Client(sock, timeout=2).call("health")

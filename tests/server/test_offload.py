@@ -1,0 +1,127 @@
+"""The store offloading its retraining to the server: R kept on the device, timeouts, and the
+server killed in the middle of a YCSB run."""
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import learnedidx
+from learnedidx.accel.backends import ServerBackend
+from learnedidx.errors import RemoteError
+from learnedidx.server.client import Client
+from learnedidx.server.process import spawn
+from learnedidx.workloads.spec import INSERT, READ, RMW, SCAN, UPDATE, KeySpace, Workload, load_properties, load_stream, run_stream
+
+
+def _fallback_warnings(caplog) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.levelno == logging.WARNING and "training backend" in r.getMessage()]
+
+
+def test_memoized_r_stays_on_the_server(server):
+    rng = np.random.default_rng(4)
+    A = np.c_[np.ones(3000), rng.integers(0, 256, (3000, 12))].astype(float)
+    b = np.argsort(np.argsort(A[:, 1] * 256 + A[:, 2] + rng.random(3000))).astype(float)
+    cached, plain = ServerBackend(socket=server.socket_path), ServerBackend(socket=server.socket_path, cache_r=False)
+    r0 = cached.train_full(A[:2500], b[:2500])
+    r1 = cached.train_incremental(r0.R, A[2500:], A, b)
+    ref = plain.train_incremental(r0.R, A[2500:], A, b)
+    assert r1.info["r_cached"] and not ref.info["r_cached"]
+    np.testing.assert_array_equal(r1.R, ref.R)  # the same job, only R did not travel
+    np.testing.assert_array_equal(r1.coef, ref.coef)
+    assert r1.device_cycles < ref.device_cycles  # no host-to-device transfer of R charged
+    assert cached.train_incremental(r1.R, A[:0], A, b).info["r_cached"]  # version 2 of the group
+    # An R the server does not hold under the remembered version: cache miss, R is resent.
+    cached._remember(r1.R, "not-on-the-server", 7)
+    r3 = cached.train_incremental(r1.R, A[:0], A, b)
+    assert not r3.info["r_cached"] and np.array_equal(r3.coef, r1.coef)
+    with Client(server.socket_path) as c:
+        with pytest.raises(RemoteError) as e:
+            c.call("train.incremental", {"group": "nope", "version": 3}, {"A_delta": A[:0], "A": A, "b": b})
+        assert e.value.kind == "cache-miss"
+        with pytest.raises(RemoteError) as e:
+            c.call("train.full", {"group": 5}, {"A": A, "b": b})
+        assert e.value.kind == "bad-request"
+        dev = c.call("stats")[0]["device"]
+    assert dev["r_cache"]["hits"] == 2 and dev["r_cache"]["misses"] == 2
+
+
+def test_silent_server_times_out_and_store_trains_in_process(tmp_path, caplog):
+    path = str(tmp_path / "silent.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: [held.append(listener.accept()[0]) for _ in range(8)], daemon=True).start()
+    keys = [b"key%06d" % (i * 37 % 10007) for i in range(2000)]
+    try:
+        with learnedidx.open(retrain="off", group_size=128, trainer="server",
+                             trainer_options={"socket": path, "timeout": 0.3}) as db:
+            t0 = time.time()
+            for i, k in enumerate(keys):
+                db.put(k, b"v%d" % i)
+                if i % 500 == 499:
+                    db.retrain_now()
+            assert time.time() - t0 < 10  # one timeout, then in-process
+            assert db.stats()["trainer_failed"] is True
+            assert db.get_many(keys) == [b"v%d" % i for i in range(len(keys))]
+    finally:
+        listener.close()
+        for s in held:
+            s.close()
+    assert len(_fallback_warnings(caplog)) == 1
+
+
+def test_server_killed_during_ycsb_run_loses_no_acknowledged_write(tmp_path, caplog):
+    """Kill -9 the server while the store retrains on it during a YCSB run; then restart it
+    and reopen the store from its log: every acknowledged write is readable throughout."""
+    sock, data = str(tmp_path / "y.sock"), str(tmp_path / "db")
+    w = Workload.from_properties(load_properties("D'"), {"recordcount": "4000", "operationcount": "16000",
+                                                         "readproportion": "0.6", "insertproportion": "0.4"})
+    ks = KeySpace(w)
+    load, run = load_stream(w, ks), run_stream(w, ks)
+    proc = spawn(sock, backend="fpga-emu")
+    opts = dict(sync="off", group_size=256, buffer_threshold=8, retrain="background", retrain_interval=0.005,
+                trainer="server", trainer_options={"socket": sock, "timeout": 10})
+    acked = dict(zip(load.keys, load.values))
+    killed_at: list[int] = []
+    i = 0
+    try:
+        with learnedidx.open(data, **opts) as db:
+            db.put_many(load.keys, load.values)
+
+            def killer() -> None:  # as soon as the server has trained something, kill it
+                while db.stats()["device_cycles"] == 0 and i < len(run.ops) - 1:
+                    time.sleep(0.001)
+                killed_at.append(i)
+                proc.kill()
+
+            t = threading.Thread(target=killer)
+            t.start()
+            for i, (op, k, v) in enumerate(zip(run.ops.tolist(), run.keys, run.values)):
+                if op in (INSERT, UPDATE, RMW):
+                    db.put(k, v)
+                    acked[k] = v
+                elif op == READ:
+                    assert db.get(k) == acked.get(k)
+                elif op == SCAN:
+                    db.scan(k, 5)
+            t.join()
+            db.retrain_now()
+            s = db.stats()
+            assert s["trainer_failed"] is True and s["device_cycles"] > 0
+            assert killed_at and killed_at[0] < len(run.ops) - 1  # the kill landed mid-run
+            assert db.get_many(list(acked)) == list(acked.values()) and len(db) == len(acked)
+        assert len(_fallback_warnings(caplog)) == 1
+        proc = spawn(sock, backend="fpga-emu")  # replaces the stale socket of the killed server
+        with learnedidx.open(data, **opts) as db:
+            assert db.get_many(list(acked)) == list(acked.values()) and len(db) == len(acked)
+            db.put(b"after-restart", b"x")
+            db.retrain_now()
+            assert db.stats()["trainer_failed"] is False and db[b"after-restart"] == b"x"
+    finally:
+        proc.stop()
