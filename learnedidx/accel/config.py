@@ -51,5 +51,21 @@ class DeviceConfig:
             raise ConfigError(f"unknown device parameters: {sorted(unknown)}")
         return cls(**data)
 
+    @classmethod
+    def parse_settings(cls, items: list[str] | tuple[str, ...]) -> dict:
+        """``["units=8", "precision=fp64"]`` (command-line ``--set``) as typed overrides."""
+        defaults = cls().to_dict()
+        out: dict = {}
+        for item in items:
+            name, sep, raw = item.partition("=")
+            name = name.strip()
+            if not sep or name not in defaults:
+                raise ConfigError(f"bad device setting {item!r}: expected NAME=VALUE, NAME one of {sorted(defaults)}")
+            try:
+                out[name] = type(defaults[name])(raw.strip())
+            except ValueError:
+                raise ConfigError(f"bad value for device setting {name}: {raw!r}") from None
+        return out
+
     def to_dict(self) -> dict:
         return asdict(self)

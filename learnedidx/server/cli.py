@@ -29,19 +29,30 @@ def start(
     tcp: Optional[str] = typer.Option(None, "--tcp", help="also listen on 127.0.0.1:PORT (needs --token-file)"),
     token_file: Optional[str] = typer.Option(None, "--token-file"),
     pg_conninfo: Optional[str] = typer.Option(None, "--pg-conninfo", help="PostgreSQL for indb.* requests"),
+    device_set: Optional[list[str]] = typer.Option(None, "--set", help="device parameter NAME=VALUE (repeatable), over --config"),
     daemon: bool = typer.Option(False, "--daemon", help="run in the background"),
 ) -> None:
     """Start the server (foreground unless --daemon)."""
+    from learnedidx.accel.config import DeviceConfig
     from learnedidx.server.main import serve
 
+    from learnedidx.errors import ConfigError
+
+    try:  # fail here, not in the daemon
+        DeviceConfig.load(config, **DeviceConfig.parse_settings(device_set or []))
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
     if not daemon:
-        serve(socket, backend, config, tcp, token_file, pg_conninfo, str(_pidfile(socket)))
+        serve(socket, backend, config, tcp, token_file, pg_conninfo, str(_pidfile(socket)), device_set)
         return
     args = [sys.executable, "-m", "learnedidx.server.main", "--socket", socket, "--backend", backend,
             "--pidfile", str(_pidfile(socket))]
     for flag, val in (("--config", config), ("--tcp", tcp), ("--token-file", token_file), ("--pg-conninfo", pg_conninfo)):
         if val:
             args += [flag, val]
+    for item in device_set or []:
+        args += ["--set", item]
     log = Path(socket + ".log")
     log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=open(log, "ab"), stderr=subprocess.STDOUT,

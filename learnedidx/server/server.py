@@ -34,6 +34,7 @@ class ServerConfig:
     token: str | None = None
     backend: str = "cpu"  #: device for train.* jobs: cpu or fpga-emu
     device_config: str | None = None  #: file with the emulated device's parameters
+    device_settings: dict = field(default_factory=dict)  #: DeviceConfig fields overriding the file
     max_message_bytes: int = P.DEFAULT_MAX_MESSAGE
     max_array_bytes: int = P.DEFAULT_MAX_ARRAY_BYTES  #: per request, summed over its arrays
     r_cache_groups: int = 4096  #: memoized R factors kept for train.incremental (LRU, latest version per group)
@@ -65,7 +66,8 @@ class Server:
                 log.warning("handlers of %s not loaded: %s", mod, exc)
         from learnedidx.accel.device import Device
 
-        self.device = Device.create(config.backend, config.device_config, r_cache_groups=config.r_cache_groups)
+        self.device = Device.create(config.backend, config.device_config, r_cache_groups=config.r_cache_groups,
+                                    **config.device_settings)
 
     # ------------------------------------------------------------------ lifecycle
     def bind(self) -> None:

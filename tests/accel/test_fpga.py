@@ -85,6 +85,11 @@ def test_config_file_and_bad_values(tmp_path):
         DeviceConfig.load(None, units=0)
     with pytest.raises(ConfigError):
         DeviceConfig.load(None, warp_drive=1)
+    assert DeviceConfig.parse_settings(["units=8", "clock_mhz=300", "precision=fp64"]) == \
+        {"units": 8, "clock_mhz": 300.0, "precision": "fp64"}
+    for bad in (["units"], ["units=eight"], ["warp=1"]):
+        with pytest.raises(ConfigError):
+            DeviceConfig.parse_settings(bad)
 
 
 def test_fp32_arithmetic_is_really_fp32_and_r_resident_skips_the_transfer():

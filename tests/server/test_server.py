@@ -205,14 +205,29 @@ def test_oversized_arrays_get_too_large_replies(tmp_path):
         t.join(5)
 
 
-def test_cli_daemon_status_stop(tmp_path):
+def test_cli_start_foreground_and_daemon_status_stop(tmp_path):
     import subprocess
     import sys
 
-    sock = str(tmp_path / "d" / "accel.sock")
     cli = [sys.executable, "-m", "learnedidx.cli", "server"]
-    out = subprocess.run(cli + ["start", "--daemon", "--socket", sock, "--backend", "fpga-emu"],
+    bad = subprocess.run(cli + ["start", "--socket", str(tmp_path / "x.sock"), "--set", "units=0"],
                          capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "units" in bad.stderr
+    fg_sock = str(tmp_path / "f" / "accel.sock")
+    fg = subprocess.Popen(cli + ["start", "--socket", fg_sock, "--backend", "cpu"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    try:
+        from learnedidx.server.process import wait_ready
+
+        assert wait_ready(fg_sock, 60, fg)["pid"] == fg.pid
+        assert subprocess.run(cli + ["stop", "--socket", fg_sock], capture_output=True, timeout=60).returncode == 0
+        assert fg.wait(10) == 0
+    finally:
+        if fg.poll() is None:
+            fg.kill()
+    sock = str(tmp_path / "d" / "accel.sock")
+    out = subprocess.run(cli + ["start", "--daemon", "--socket", sock, "--backend", "fpga-emu", "--set", "units=2",
+                                "--set", "precision=fp64"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     pid = int(open(sock + ".pid").read())
     try:
@@ -220,7 +235,8 @@ def test_cli_daemon_status_stop(tmp_path):
         assert st.returncode == 0
         info = json.loads(st.stdout)
         assert info["health"]["pid"] == pid and info["stats"]["device"]["backend"] == "fpga-emu"
-        assert info["stats"]["device"]["config"]["units"] == 4
+        cfg = info["stats"]["device"]["config"]
+        assert (cfg["units"], cfg["precision"], cfg["pus_per_unit"], cfg["max_features"]) == (2, "fp64", 2, 32)
     finally:
         subprocess.run(cli + ["stop", "--socket", sock], capture_output=True, timeout=60)
     assert not os.path.exists(sock) and not os.path.exists(sock + ".pid")
