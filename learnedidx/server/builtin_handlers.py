@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import time
 
+from learnedidx.server.protocol import VERSION
 from learnedidx.server.registry import handler, operations
 
 
@@ -12,7 +13,7 @@ def health(args, arrays, ctx):
     """Liveness, pid, protocol version and the operations this server offers."""
     from learnedidx import __version__
 
-    return {"status": "ok", "pid": os.getpid(), "version": __version__, "protocol": 1,
+    return {"status": "ok", "pid": os.getpid(), "version": __version__, "protocol": VERSION,
             "backend": ctx.server.device.name, "operations": operations(),
             "missing_handler_modules": ctx.server.failed_modules}, {}
 
