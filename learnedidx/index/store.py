@@ -21,6 +21,8 @@ before it started.  Merges build new arrays and swap them in atomically.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import functools
 import logging
 import os
 import threading
@@ -40,6 +42,15 @@ log = logging.getLogger(__name__)
 
 _TOMB = object()  # delta-buffer marker of a deleted key
 _MISSING = object()
+
+
+@functools.cache
+def _point_kernels() -> tuple:
+    """(find_one, seek) entry points for the exact argument types a _State passes: arena
+    (read-only uint8), offsets, heads, gint, coef, and the query as ``bytes``."""
+    ex = (np.frombuffer(b"k", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.int64),
+          np.zeros((1, K.G_COLS), np.int64), np.zeros((1, 2)), b"k")
+    return K.entry_point(K.find_one, *ex), K.entry_point(K.seek, *ex)
 
 
 @dataclass
@@ -80,7 +91,7 @@ class _State:
     arena: np.ndarray
     offsets: np.ndarray
     values: list
-    gint: np.ndarray  # (G, 6) int64, see kernels.G_*
+    gint: np.ndarray  # (G, kernels.G_COLS) int64, see kernels.G_*
     coef: np.ndarray  # (G, max_features + 1)
     models: list  # _GroupModel per group
     pivots: list  # first key of each group, for bisect
@@ -93,6 +104,20 @@ class _State:
         # materialize keys for scans); Numba reads it through a zero-copy uint8 view.
         self.ab = self.arena.tobytes()
         self.arena = np.frombuffer(self.ab, np.uint8)
+        # Exactly the types _point_kernels() was compiled for (C order, writable int64/float64).
+        self.offsets = np.require(self.offsets, np.int64, ["C", "W"])
+        self.gint = np.require(self.gint, np.int64, ["C", "W"])
+        self.coef = np.require(self.coef, np.float64, ["C", "W"])
+        self.heads = K.build_heads(self.arena, self.offsets, self.gint)
+        self.find_kernel, self.seek_kernel = _point_kernels()
+
+    def find(self, k: bytes) -> int:
+        """Index of ``k`` in the merged arrays, or -1."""
+        return self.find_kernel(self.arena, self.offsets, self.heads, self.gint, self.coef, k)
+
+    def seek(self, k: bytes) -> int:
+        """Index of the first merged key >= ``k``."""
+        return self.seek_kernel(self.arena, self.offsets, self.heads, self.gint, self.coef, k)
 
     def nkeys(self) -> int:
         return len(self.offsets) - 1
@@ -214,13 +239,20 @@ class Store:
         v = st.buf.get(k, _MISSING)
         if v is not _MISSING:
             return v
-        i = K.find_one(st.arena, st.offsets, st.gint, st.coef, np.frombuffer(k, np.uint8))
+        i = st.find(k)
         return st.values[i] if i >= 0 else _TOMB
 
     def get(self, key: Any, default: Any = None) -> Any:
         """The value stored under ``key``, or ``default``."""
-        self._check_open()
-        v = self._lookup(self._st, self._key(key))
+        # The hottest path of the API: _check_open, _key and _lookup inlined.
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+        k = key if type(key) is bytes and 0 < len(key) <= self.max_key_len else self._key(key)
+        st = self._st
+        v = st.buf.get(k, _MISSING)
+        if v is _MISSING:
+            i = st.find_kernel(st.arena, st.offsets, st.heads, st.gint, st.coef, k)
+            return st.values[i] if i >= 0 else default
         return default if v is _TOMB else v
 
     def __getitem__(self, key: Any) -> bytes:
@@ -241,7 +273,7 @@ class Store:
         if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
             keys = keys.tolist()  # numpy 'S' items lose trailing NUL bytes
         klist = keys if isinstance(keys, list) else list(keys)
-        if not all(type(k) is bytes for k in klist):
+        if klist and set(map(type, klist)) != {bytes}:
             klist = [self._key(k) for k in klist]
         lens = np.fromiter(map(len, klist), np.int64, len(klist))
         if len(lens) and (lens.min() < 1 or lens.max() > self.max_key_len):
@@ -260,9 +292,12 @@ class Store:
         self._check_open()
         st = self._st
         batch, klist = self._as_batch(keys)
-        idx = K.find_many(st.arena, st.offsets, st.gint, st.coef, batch.arena, batch.offsets)
+        idx = K.find_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets)
         vals = st.values
-        out = [vals[i] if i >= 0 else None for i in idx.tolist()]
+        if len(idx) and idx.min() >= 0:
+            out = list(map(vals.__getitem__, idx.tolist()))
+        else:
+            out = [vals[i] if i >= 0 else None for i in idx.tolist()]
         if st.buf:
             klist = klist if klist is not None else [batch.key(i) for i in range(len(batch))]
             get = st.buf.get
@@ -274,7 +309,7 @@ class Store:
 
     def _iter_from(self, st: _State, start: bytes | None, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         n = st.nkeys()
-        i = 0 if start is None else int(K.seek(st.arena, st.offsets, st.gint, st.coef, np.frombuffer(start, np.uint8)))
+        i = 0 if start is None else int(st.seek(start))
         buf = st.buf
         bkeys = iter(buf.irange(minimum=start) if start is not None else buf.keys())
         bk = next(bkeys, None)
@@ -324,7 +359,7 @@ class Store:
             return out
         st = self._st
         k = self._key(start_key)
-        i = int(K.seek(st.arena, st.offsets, st.gint, st.coef, np.frombuffer(k, np.uint8)))
+        i = int(st.seek(k))
         e = min(st.nkeys(), i + count)
         first_buffered = next(iter(st.buf.irange(minimum=k)), None) if st.buf else None
         if e - i == count and (first_buffered is None or first_buffered > st.key(e - 1)):
@@ -345,7 +380,7 @@ class Store:
         batch, klist = self._as_batch(start_keys)
         if st.buf:
             return [self.scan(k, count) for k in (klist or [batch.key(i) for i in range(len(batch))])]
-        pos = K.seek_many(st.arena, st.offsets, st.gint, st.coef, batch.arena, batch.offsets).tolist()
+        pos = K.seek_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets).tolist()
         ab = st.ab
         n = st.nkeys()
         out = []
@@ -421,16 +456,27 @@ class Store:
         vlist = [self._value(v) for v in values]
         if len(klist) != len(vlist):
             raise ValueError(f"{len(klist)} keys but {len(vlist)} values")
-        with self._wlock:
+        bulk = self._st.nkeys() == 0 and not self._st.buf and len(klist) >= self.group_size
+        with self._mlock if bulk else contextlib.nullcontext(), self._wlock:  # lock order: merge, write
             self._check_open()
             if self._dur is not None:
                 self._dur.log_batch([(OP_PUT, k, v) for k, v in zip(klist, vlist)])
-            bulk = self._st.nkeys() == 0 and len(klist) >= self.group_size
-            for k, v in zip(klist, vlist):
-                self._apply(k, v)
-        if bulk:  # bulk load into an empty store: build the groups now (lock order: merge, then write)
-            self._merge(all_groups=True)
+            if bulk and self._st.nkeys() == 0 and not self._st.buf:
+                self._st = self._bulk_state(klist, vlist)
+            else:
+                for k, v in zip(klist, vlist):
+                    self._apply(k, v)
         self._after_write()
+
+    def _bulk_state(self, klist: list[bytes], vlist: list[bytes]) -> _State:
+        """Groups built straight from a batch loaded into an empty store (the last value of
+        a repeated key wins), skipping the delta buffer."""
+        d = dict(zip(klist, vlist))
+        ks = sorted(d)
+        kb = KeyBatch.from_keys(ks)
+        st = _State(kb.arena, kb.offsets, [d[k] for k in ks], np.zeros((0, K.G_COLS), np.int64),
+                    np.zeros((0, self.max_features + 1)), [], [], SortedDict(), [0], len(ks))
+        return self._regroup(st)
 
     def _after_write(self) -> None:
         if self.retrain_mode == "inline":
@@ -607,7 +653,7 @@ class Store:
             memo = st.models[g] if (G and not split) else None
             for a, b in zip(bounds[:-1], bounds[1:]):
                 m, c, prefix, feat, lo, hi = self._fit_group(arena, offsets, a, b, memo, new_keys if memo else None, deletes)
-                gint_rows.append(np.array([a, b, prefix, feat, lo, hi], np.int64))
+                gint_rows.append(np.array([a, b, prefix, feat, lo, hi, 0], np.int64))
                 coef_rows.append(c); models.append(m)
         G2 = len(models)
         gint = np.array(gint_rows, np.int64).reshape(G2, K.G_COLS)
@@ -623,17 +669,12 @@ class Store:
             va, vo = rec.val_arena, rec.val_offsets
             vb = va.tobytes()
             values = [vb[vo[i]:vo[i + 1]] for i in range(n)]
-            st = self._empty_state()
-            st.arena, st.offsets, st.values = rec.key_arena, rec.key_offsets, values
-            st.gint = np.array([[0, n, 0, 0, 0, 0]], np.int64)
-            st.coef = np.zeros((1, self.max_features + 1))
-            st.models = [_GroupModel()]
-            st.pivots = [st.key(0)]
-            st.size = n
             # One provisional group with a zero model and exact bounds, then a proper build.
-            lo, hi = K.error_bounds(st.arena, st.offsets, 0, n, 0, 0, st.coef[0])
-            st.gint[0, K.G_ERRLO], st.gint[0, K.G_ERRHI] = lo, hi
-            self._st = st
+            coef = np.zeros((1, self.max_features + 1))
+            lo, hi = K.error_bounds(rec.key_arena, rec.key_offsets, 0, n, 0, 0, coef[0])
+            gint = np.array([[0, n, 0, 0, lo, hi, 0]], np.int64)
+            st = _State(rec.key_arena, rec.key_offsets, values, gint, coef, [_GroupModel()], [], SortedDict(), [0], n)
+            st.pivots = [st.key(0)]
             self._st = self._regroup(st)
         for op, k, v in rec.log:
             self._apply(k, v if op == OP_PUT else _TOMB)
@@ -649,7 +690,7 @@ class Store:
         rows, coefs, models = [], [], []
         for a, b in zip(bounds[:-1], bounds[1:]):
             m, c, prefix, feat, lo, hi = self._fit_group(st.arena, st.offsets, a, b, None, None, 0)
-            rows.append([a, b, prefix, feat, lo, hi]); coefs.append(c); models.append(m)
+            rows.append([a, b, prefix, feat, lo, hi, 0]); coefs.append(c); models.append(m)
         pivots = [st.key(r[0]) for r in rows]
         return _State(st.arena, st.offsets, st.values, np.array(rows, np.int64).reshape(-1, K.G_COLS),
                       np.array(coefs).reshape(-1, self.max_features + 1), models, pivots, st.buf,

@@ -84,12 +84,23 @@ class StoreMachine(RuleBasedStateMachine):
     def error_bounds_cover_every_key(self):
         st_ = self.db._st
         for g in range(st_.gint.shape[0]):
-            s, e, plen, feat, lo, hi = (int(x) for x in st_.gint[g])
+            s, e, plen, feat, lo, hi = (int(x) for x in st_.gint[g, :6])
             for i in range(s, e):
                 q = st_.arena[st_.offsets[i]:st_.offsets[i + 1]]
                 p = st_.coef[g, 0] + sum(st_.coef[g, 1 + j] * q[plen + j] for j in range(feat) if plen + j < len(q))
                 base = s + int(np.floor(p))
                 assert base + lo <= i <= base + hi
+
+    @invariant()
+    def heads_order_like_keys(self):
+        st_ = self.db._st
+        for g in range(st_.gint.shape[0]):
+            s, e, plen = (int(x) for x in st_.gint[g, :3])
+            for i in range(s, e):
+                key = st_.key(i)
+                assert st_.heads[i] == _head(key[plen:plen + 8])
+                if i > s:
+                    assert st_.heads[i - 1] <= st_.heads[i]
 
 
 TestStoreMachine = StoreMachine.TestCase
@@ -178,4 +189,49 @@ def test_group_lower_bound_outside_window_for_absent_keys():
         st_ = db._st
         for q in (b"\x00", b"\x05", b"\x13\x87zz", b"\xff\xff"):
             expect = bisect.bisect_left(ks, q)
-            assert K.seek(st_.arena, st_.offsets, st_.gint, st_.coef, np.frombuffer(q, np.uint8)) == expect
+            assert st_.seek(q) == expect
+
+
+def _head(b: bytes) -> int:
+    """Reference for kernels.head: 8 bytes big-endian, zero-padded, as a signed order key."""
+    return int.from_bytes(b.ljust(8, b"\0"), "big") - (1 << 63)
+
+
+def test_heads_ties_and_trailing_nuls_resolve_by_full_compare():
+    # Keys equal in the 8 bytes after the prefix, keys that differ only by trailing NULs,
+    # and keys shorter than prefix + 8: heads tie and the full comparison decides.
+    base = [b"p/" + bytes([a]) * 8 + t for a in (0, 1, 255) for t in (b"", b"\0", b"\0\0", b"x", b"\xff" * 9)]
+    base += [b"p/", b"p/\0", b"p/a", b"p/a\0", b"p/\xff"]
+    ks = sorted(set(base))
+    with learnedidx.open(retrain="off", group_size=16) as db:
+        db.put_many(ks, ks)
+        db.retrain_now()
+        st_ = db._st
+        for i, k in enumerate(ks):
+            assert db.get(k) == k
+            assert st_.seek(k) == i
+            assert db.scan(k, 2) == [(x, x) for x in ks[i:i + 2]]
+        for q in (b"p/\0\0\0\0\0\0\0\0\0\0\0", b"p/a\0\0", b"p/\x01", b"p/\xff\xff", b"q", b"o"):
+            assert db.get(q) is None
+            assert st_.seek(q) == bisect.bisect_left(ks, q)
+
+
+def test_bulk_load_into_empty_store_last_value_wins_and_survives_reopen(tmp_path):
+    rng = np.random.default_rng(11)
+    ks = [rng.bytes(int(rng.integers(1, 20))) for _ in range(5000)]
+    ks += ks[:300]  # repeated keys in the same batch: the later value wins
+    vs = [b"%d" % i for i in range(len(ks))]
+    ref = dict(zip(ks, vs))
+    with learnedidx.open(tmp_path / "db", retrain="off", group_size=256) as db:
+        db.put_many(ks, vs)
+        assert db.stats()["groups"] > 5 and db.stats()["buffered_writes"] == 0
+        assert len(db) == len(ref)
+        assert list(db.items()) == sorted(ref.items())
+        probe = list(ref)[::3] + [b"\xff" * 25, b"\x00"]
+        assert db.get_many(probe) == [ref.get(k) for k in probe]
+        db.put(b"\x00", b"new")
+        db.delete(ks[0])
+        ref[b"\x00"] = b"new"
+        del ref[ks[0]]
+    with learnedidx.open(tmp_path / "db", retrain="off") as db:
+        assert list(db.items()) == sorted(ref.items())
