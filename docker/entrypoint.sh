@@ -9,10 +9,17 @@ install -d -o postgres -g postgres -m 0700 "$(dirname "$SOCK")"
 install -d -o postgres -g postgres /var/run/postgresql
 if [ ! -s "$PGDATA/PG_VERSION" ]; then
     install -d -o postgres -g postgres "$PGDATA"
-    runuser -u postgres -- /usr/lib/postgresql/15/bin/initdb -D "$PGDATA" --auth-local=peer --auth-host=scram-sha-256
+    # The accelerator server logs in as each caller's role over the local socket: trust there,
+    # with the socket reachable by the postgres OS user only (unix_socket_permissions below).
+    # Clients connect over TCP with a password (POSTGRES_PASSWORD sets the postgres role's).
+    runuser -u postgres -- /usr/lib/postgresql/15/bin/initdb -D "$PGDATA" --auth-local=trust --auth-host=scram-sha-256
+    echo "host all all all scram-sha-256" >> "$PGDATA/pg_hba.conf"
 fi
 runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D "$PGDATA" -l "$PGDATA/server.log" \
-    -o "-c listen_addresses='*' -c learnedidx.socket=$SOCK" start
+    -o "-c listen_addresses='*' -c unix_socket_permissions=0700 -c learnedidx.socket=$SOCK" start
+if [ -n "${POSTGRES_PASSWORD:-}" ]; then
+    runuser -u postgres -- psql -X -q -c "ALTER ROLE postgres PASSWORD '${POSTGRES_PASSWORD//\'/\'\'}'"
+fi
 runuser -u postgres -- /repo/.venv/bin/learnedidx server start --socket "$SOCK" \
     --pg-conninfo "user=postgres" --daemon
 if [ $# -gt 0 ]; then exec "$@"; fi

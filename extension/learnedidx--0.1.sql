@@ -24,8 +24,17 @@ CREATE TABLE learnedidx.models (
     accel_seconds float8,
     read_path text
 );
-GRANT SELECT, INSERT ON learnedidx.models TO PUBLIC;
+-- Everyone reads the catalog; rows are added (by training) and removed (drop_model) by their owner only.
+ALTER TABLE learnedidx.models ENABLE ROW LEVEL SECURITY;
+CREATE POLICY models_read ON learnedidx.models FOR SELECT USING (true);
+CREATE POLICY models_insert ON learnedidx.models FOR INSERT WITH CHECK (owner = current_user);
+CREATE POLICY models_delete ON learnedidx.models FOR DELETE USING (owner = current_user);
+GRANT SELECT, INSERT, DELETE ON learnedidx.models TO PUBLIC;
 GRANT USAGE ON SCHEMA learnedidx TO PUBLIC;
+
+-- Raises an error from SQL expressions (VOLATILE, so that the planner never folds it early).
+CREATE FUNCTION learnedidx._fail(message text, sqlstate text DEFAULT '22023') RETURNS float8
+LANGUAGE plpgsql VOLATILE AS $$ BEGIN RAISE EXCEPTION '%', message USING ERRCODE = sqlstate; END $$;
 
 -- (The parameter is not called "args": PL/Python reserves that global for the argument list.)
 -- Thin client of the accelerator server (standard library only: this runs in the backend's
@@ -73,7 +82,8 @@ finally:
 if not reply.get("ok"):
     err = reply.get("error") or {}
     states = {"permission-denied": "42501", "undefined-table": "42P01", "undefined-column": "42703",
-              "bad-data": "22023", "bad-request": "22023", "unsupported-type": "42804"}
+              "bad-data": "22023", "bad-request": "22023", "unsupported-type": "42804", "auth": "28000",
+              "not-supported": "0A000"}
     plpy.error("learnedidx: %s" % err.get("message", "unknown error"),
                sqlstate=states.get(err.get("kind"), "XX000"))
 return json.dumps(reply.get("result") or {})
@@ -101,9 +111,20 @@ if plpy.execute(plpy.prepare("SELECT 1 FROM learnedidx.models WHERE name = $1", 
     plpy.error("a model named %s already exists in learnedidx.models" % out_table, sqlstate="42710")
 if plpy.execute(plpy.prepare("SELECT to_regclass($1) IS NOT NULL AS e", ["text"]), [out_table])[0]["e"]:
     plpy.error("output table %s already exists" % out_table, sqlstate="42P07")
+import re
+is_query = re.match(r"\s*(\(|(select|with|values)\b)", source, re.I)  # as learnedidx.indb.access.QUERY_SOURCE
+src = [] if is_query else plpy.execute(plpy.prepare(
+    "SELECT c.relpersistence AS p FROM pg_class c WHERE c.oid = to_regclass($1)", ["text"]), [source])
+if len(src) and src[0]["p"] == "t":
+    plpy.error("learnedidx cannot train on temporary table %s" % source,
+               detail="The accelerator server reads through a session of its own, which cannot see this "
+                      "session's temporary tables.", hint="Use a regular or unlogged table.", sqlstate="0A000")
 conn = plpy.execute("SELECT * FROM learnedidx._cluster()")[0]
+# The server logs in as the caller (session_user) and takes on current_user, so that the
+# caller's privileges and row-level security apply to everything it reads.
 args = {"algorithm": algorithm, "source": source, "dep": dep, "indep": list(indep), "params": params if isinstance(params, dict) else json.loads(params),
-        "snapshot": snapshot, "role": caller, "host": conn["host"].strip(), "port": int(conn["port"]),
+        "snapshot": snapshot, "login": caller, "role": plpy.execute("SELECT current_user AS u")[0]["u"],
+        "host": conn["host"].strip(), "port": int(conn["port"]),
         "dbname": conn["db"], "search_path": plpy.execute("SELECT current_setting('search_path') AS p")[0]["p"]}
 # Session settings learnedidx.reader (auto, strider, copy) and learnedidx.threads apply unless params name them.
 for key in ("reader", "threads"):
@@ -153,8 +174,21 @@ plpy.execute(plpy.prepare(
 return json.dumps(r)
 $py$;
 
+-- indep: one array column, 'x1, x2, ...', or MADlib's 'ARRAY[1, x1, x2, ...]' (the 1 is the intercept).
+CREATE FUNCTION learnedidx._indep_items(indep text) RETURNS text[]
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT array_agg(btrim(c)) FROM unnest(string_to_array(
+        coalesce(substring(indep from '(?i)^\s*array\s*\[(.*)\]\s*$'), indep), ',')) AS c
+$$;
+
 CREATE FUNCTION learnedidx._split_indep(indep text) RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$ SELECT array_agg(btrim(c)) FROM unnest(string_to_array(indep, ',')) c $$;
+LANGUAGE sql IMMUTABLE AS $$ SELECT array_remove(learnedidx._indep_items(indep), '1') $$;
+
+-- MADlib's form states the intercept: true with a 1 among the items, false without; NULL otherwise.
+CREATE FUNCTION learnedidx._intercept(indep text) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN indep ~* '^\s*array\s*\[' THEN '1' = ANY(learnedidx._indep_items(indep)) END
+$$;
 
 CREATE FUNCTION learnedidx._floats(j jsonb) RETURNS float8[]
 LANGUAGE sql IMMUTABLE AS $$ SELECT ARRAY(SELECT jsonb_array_elements_text(j)::float8) $$;
@@ -177,17 +211,20 @@ CREATE FUNCTION learnedidx.linregr_train(source text, out_table text, dep text, 
                                          "intercept" boolean DEFAULT true)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
     SELECT * FROM learnedidx._result(learnedidx._train('linregr', source, out_table, dep, learnedidx._split_indep(indep),
-            jsonb_build_object('intercept', "intercept"), pg_export_snapshot(), session_user,
+            jsonb_build_object('intercept', coalesce(learnedidx._intercept(indep), "intercept")), pg_export_snapshot(), session_user,
             pg_current_xact_id_if_assigned()))
 $$;
 
+-- MADlib's signature; grouping_cols must be NULL (one model per call), optimizer 'irls' or 'newton'.
 CREATE FUNCTION learnedidx.logregr_train(source text, out_table text, dep text, indep text,
                                          grouping_cols text DEFAULT NULL, max_iter int DEFAULT 20,
                                          optimizer text DEFAULT 'irls', tolerance float8 DEFAULT 0.0001,
                                          verbose boolean DEFAULT false)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
     SELECT * FROM learnedidx._result(learnedidx._train('logregr', source, out_table, dep, learnedidx._split_indep(indep),
-            jsonb_build_object('max_iter', max_iter, 'tolerance', tolerance, 'optimizer', optimizer),
+            jsonb_build_object('max_iter', max_iter, 'tolerance', tolerance, 'optimizer', optimizer,
+                               'intercept', learnedidx._intercept(indep),
+                               'grouping_cols', grouping_cols),
             pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))
 $$;
 
@@ -196,7 +233,8 @@ CREATE FUNCTION learnedidx.svm_train(source text, out_table text, dep text, inde
                                      stepsize float8 DEFAULT 0.1)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
     SELECT * FROM learnedidx._result(learnedidx._train('svm', source, out_table, dep, learnedidx._split_indep(indep),
-            jsonb_build_object('lambda', lambda, 'max_iter', max_iter, 'stepsize', stepsize),
+            jsonb_build_object('lambda', lambda, 'max_iter', max_iter, 'stepsize', stepsize,
+                               'intercept', learnedidx._intercept(indep)),
             pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))
 $$;
 
@@ -222,6 +260,9 @@ CREATE TABLE learnedidx.algorithms (
     owner name NOT NULL DEFAULT current_user,
     created timestamptz NOT NULL DEFAULT now()
 );
+ALTER TABLE learnedidx.algorithms ENABLE ROW LEVEL SECURITY;
+CREATE POLICY algorithms_read ON learnedidx.algorithms FOR SELECT USING (true);
+CREATE POLICY algorithms_insert ON learnedidx.algorithms FOR INSERT WITH CHECK (owner = current_user);
 GRANT SELECT, INSERT ON learnedidx.algorithms TO PUBLIC;
 
 CREATE FUNCTION learnedidx.register_algorithm(name text, source text) RETURNS text
@@ -237,32 +278,69 @@ CREATE FUNCTION learnedidx.train(name text, source text, dep text, indep text, p
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
     SELECT * FROM learnedidx._result(learnedidx._train(name, source, coalesce(out_table, name || '_model'), dep,
             learnedidx._split_indep(indep),
-            params || jsonb_build_object('dsl_source', (SELECT a.source FROM learnedidx.algorithms a WHERE a.name = train.name)),
+            jsonb_strip_nulls(jsonb_build_object('intercept', learnedidx._intercept(indep))) || params
+            || jsonb_build_object('dsl_source', (SELECT a.source FROM learnedidx.algorithms a WHERE a.name = train.name)),
             pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))
 $$;
 
 -- Prediction: plain SQL over the stored coefficients (no server round trip per row).
+-- coef[1] is the intercept when the model has one coefficient more than there are features.
+-- NULL features (or a NULL element) predict NULL; a feature count the model does not fit is an error.
 CREATE FUNCTION learnedidx._score(coef float8[], features float8[]) RETURNS float8
 LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN cardinality(coef) = cardinality(features) + 1
+    SELECT CASE WHEN features IS NULL OR array_position(features, NULL) IS NOT NULL THEN NULL
+                WHEN cardinality(coef) = cardinality(features) + 1
                 THEN coef[1] + (SELECT sum(c * f) FROM unnest(coef[2:], features) AS t(c, f))
-                ELSE (SELECT sum(c * f) FROM unnest(coef, features) AS t(c, f)) END
+                WHEN cardinality(coef) = cardinality(features)
+                THEN (SELECT sum(c * f) FROM unnest(coef, features) AS t(c, f))
+                ELSE learnedidx._fail(format('the model has %s coefficients; %s features do not fit it',
+                                             cardinality(coef), cardinality(features))) END
+$$;
+
+-- LMF: features = ARRAY[row id, column id]; u[row] . v[column], NULL for ids the model has not seen.
+CREATE FUNCTION learnedidx._lmf_score(u float8[], v float8[], features float8[]) RETURNS float8
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN cardinality(features) IS DISTINCT FROM 2
+                THEN learnedidx._fail('LMF models predict from ARRAY[row id, column id]')
+                ELSE (SELECT sum(a * b) FROM unnest(u[features[1] + 1:features[1] + 1][:],
+                                                     v[features[2] + 1:features[2] + 1][:]) AS t(a, b)) END
 $$;
 
 CREATE FUNCTION learnedidx.predict(model text, features float8[]) RETURNS float8
 LANGUAGE sql STABLE AS $$
-    SELECT CASE m.algorithm
-             WHEN 'logregr' THEN (learnedidx._score(m.coef, features) > 0)::int::float8
-             WHEN 'svm' THEN CASE WHEN learnedidx._score(m.coef, features) > 0 THEN m.labels[2] ELSE m.labels[1] END
-             ELSE learnedidx._score(m.coef, features) END
-    FROM learnedidx.models m WHERE m.name = model
+    SELECT CASE WHEN m.name IS NULL THEN learnedidx._fail(format('no model named %s', model), '42704')
+                WHEN m.algorithm = 'logregr' THEN (learnedidx._score(m.coef, features) > 0)::int::float8
+                WHEN m.algorithm = 'svm'
+                THEN CASE WHEN learnedidx._score(m.coef, features) > 0 THEN m.labels[2] ELSE m.labels[1] END
+                WHEN m.algorithm = 'lmf' THEN learnedidx._lmf_score(m.u, m.v, features)
+                ELSE learnedidx._score(m.coef, features) END
+    FROM (VALUES (1)) AS one(x) LEFT JOIN learnedidx.models m ON m.name = model
 $$;
 
 CREATE FUNCTION learnedidx.predict_proba(model text, features float8[]) RETURNS float8
 LANGUAGE sql STABLE AS $$
-    SELECT 1.0 / (1.0 + exp(-learnedidx._score(m.coef, features)))
-    FROM learnedidx.models m WHERE m.name = model AND m.algorithm = 'logregr'
+    SELECT CASE WHEN m.name IS NULL THEN learnedidx._fail(format('no model named %s', model), '42704')
+                WHEN m.algorithm <> 'logregr'
+                THEN learnedidx._fail(format('predict_proba needs a logistic regression model; %s is %s',
+                                             model, m.algorithm), '42809')
+                ELSE 1.0 / (1.0 + exp(-learnedidx._score(m.coef, features))) END
+    FROM (VALUES (1)) AS one(x) LEFT JOIN learnedidx.models m ON m.name = model
 $$;
+
+-- Removes a model of one's own: its catalog row and its output table.
+CREATE FUNCTION learnedidx.drop_model(model text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    DELETE FROM learnedidx.models WHERE name = model;
+    IF NOT FOUND THEN
+        IF EXISTS (SELECT 1 FROM learnedidx.models WHERE name = model) THEN
+            RAISE EXCEPTION 'model % belongs to another role', model USING ERRCODE = '42501';
+        END IF;
+        RAISE EXCEPTION 'no model named %', model USING ERRCODE = '42704';
+    END IF;
+    EXECUTE format('DROP TABLE IF EXISTS %s',
+                   array_to_string(ARRAY(SELECT quote_ident(x) FROM unnest(parse_ident(model)) x), '.'));
+END $$;
 
 CREATE FUNCTION learnedidx.predict_table(model text, source text, out_table text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$

@@ -200,7 +200,7 @@ def _decode_table(conn, conninfo: str, n: int, threads: int) -> None:
     from learnedidx.indb.access import check_readable, open_snapshot_session
 
     scan = best_of(lambda: conn.execute("SELECT count(*) FROM bench_x").fetchone(), 3)
-    sess = open_snapshot_session(conninfo, snapshot=None, role=None)
+    sess = open_snapshot_session(conninfo, snapshot=None, login=None)
     try:
         rel = check_readable(sess, "bench_x", ["y", "features"])
         strider.read(sess, conninfo, rel, ["y"], "features", connections=threads)  # warm up

@@ -22,6 +22,27 @@ class TrainingDataError(InDBError, ValueError):
     kind = "bad-data"
 
 
+class ParameterError(InDBError, ValueError):
+    """A training parameter has a value the algorithm does not accept."""
+
+    kind = "bad-request"
+
+
+class NotSupportedError(InDBError):
+    """A MADlib option this engine does not implement."""
+
+    kind = "not-supported"
+
+
+def check_params(algorithm: str, params: dict) -> None:
+    """Refuse MADlib options that would otherwise be silently ignored."""
+    if params.get("grouping_cols"):
+        raise NotSupportedError("grouping_cols is not supported: train one model per group "
+                                "(for example from a view per group)")
+    if algorithm == "logregr" and params.get("optimizer", "irls") not in ("irls", "newton"):
+        raise ParameterError(f"optimizer must be 'irls' or 'newton', not {params['optimizer']!r}")
+
+
 @dataclass
 class TrainOutput:
     model: dict
@@ -142,6 +163,15 @@ def _with_intercept(X: np.ndarray, intercept: bool) -> np.ndarray:
     return np.ascontiguousarray(np.c_[np.ones(X.shape[0]), X]) if intercept else X
 
 
+def _design(X: np.ndarray, params: dict) -> np.ndarray:
+    """The training matrix: a leading column of ones (the intercept, ``coef[0]``) is added
+    unless ``params["intercept"]`` is false or X's first column is already all ones
+    (DAnA-style tables, or MADlib's ``ARRAY[1, x1, ...]``)."""
+    X = np.ascontiguousarray(X, np.float64)
+    has_ones = X.ndim == 2 and X.shape[0] > 0 and X.shape[1] > 0 and bool(np.all(X[:, 0] == 1.0))
+    return _with_intercept(X, params.get("intercept") is not False and not has_ones)
+
+
 def _modelled(algorithm: str, rows: int, d: int, epochs: int, threads: int) -> float:
     from learnedidx.accel.engine_model import modelled_seconds
 
@@ -150,7 +180,7 @@ def _modelled(algorithm: str, rows: int, d: int, epochs: int, threads: int) -> f
 
 # ---------------------------------------------------------------------- algorithms
 def _linregr(data, params, threads, seed):
-    X = _with_intercept(data["X"], params.get("intercept", True))
+    X = _design(data["X"], params)
     y = np.ascontiguousarray(data["y"], np.float64)
     _check(X, y)
     parts = _partitions(len(y), threads)
@@ -164,7 +194,7 @@ def _linregr(data, params, threads, seed):
 
 
 def _logregr(data, params, threads, seed):
-    X = _with_intercept(data["X"], params.get("intercept", True))
+    X = _design(data["X"], params)
     y = np.ascontiguousarray(data["y"], np.float64)
     _check(X, y)
     if not np.all((y == 0) | (y == 1)):
@@ -190,7 +220,7 @@ def _logregr(data, params, threads, seed):
 
 
 def _svm(data, params, threads, seed):
-    X = _with_intercept(data["X"], params.get("intercept", True))
+    X = _design(data["X"], params)
     y = np.ascontiguousarray(data["y"], np.float64)
     _check(X, y)
     labels = np.unique(y)
@@ -255,6 +285,7 @@ def train(algorithm: str, data: dict, params: dict | None = None, *, threads: in
         from learnedidx.indb import dsl
 
         return dsl.train_registered(algorithm, data, params, threads=threads, seed=seed)
+    check_params(algorithm, params)
     t0 = time.perf_counter()
     model, loss, iters = ALGORITHMS[algorithm](data, params, threads, seed)
     dt = time.perf_counter() - t0

@@ -28,17 +28,20 @@ def indb_train(args, arrays, ctx):
     source, dep, indep = args["source"], args.get("dep"), list(args["indep"])
     params = dict(args.get("params") or {})
     dsl_source = params.pop("dsl_source", None)
-    if algorithm not in engine.ALGORITHMS:
+    if algorithm in engine.ALGORITHMS:
+        engine.check_params(algorithm, params)  # before reading any data
+        trainee = algorithm
+    else:
         from learnedidx.indb import dsl
 
-        if dsl_source:
-            dsl.register_algorithm(algorithm, dsl_source)
-        dsl.get_algorithm(algorithm)  # clear error when unknown
+        # The caller's database holds the source: compile that one, not whatever another
+        # database registered under the same name.
+        trainee = dsl.register_algorithm(algorithm, dsl_source) if dsl_source else dsl.get_algorithm(algorithm)
     t0 = time.perf_counter()
     conninfo = _conninfo(args, ctx.server.config.pg_conninfo)
     read = {"path": str(params.pop("reader", "auto")), "page_conninfo": conninfo,
             "connections": int(params.get("threads", 2))}
-    conn = open_snapshot_session(conninfo, snapshot=args.get("snapshot"),
+    conn = open_snapshot_session(conninfo, snapshot=args.get("snapshot"), login=args.get("login") or args.get("role"),
                                  role=args.get("role"), search_path=args.get("search_path"))
     try:
         if algorithm == "lmf":
@@ -52,7 +55,7 @@ def indb_train(args, arrays, ctx):
     finally:
         conn.rollback()
         conn.close()
-    out = engine.train(algorithm, data, params, threads=int(params.get("threads", 2)), seed=int(params.get("seed", 0)))
+    out = engine.train(trainee, data, params, threads=int(params.get("threads", 2)), seed=int(params.get("seed", 0)))
     return {
         "model": {k: np.asarray(v).tolist() for k, v in out.model.items()},
         "loss": out.loss, "num_rows_processed": td.rows_total - td.rows_skipped, "num_rows_skipped": td.rows_skipped,

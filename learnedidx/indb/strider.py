@@ -428,6 +428,8 @@ def ineligible_reason(conn: psycopg.Connection, rel: RelationInfo, columns: list
         return "the source is not a plain table"
     if rel.rls:
         return "row-level security applies to the caller"
+    if not conn.execute("SELECT has_table_privilege(%s, 'SELECT')", (rel.oid,)).fetchone()[0]:
+        return "the caller holds column privileges only (the Strider locks the whole table)"
     for c in columns:
         t = rel.types[c]
         if t not in SCALAR_CODES and t not in ARRAY_TYPES:
@@ -437,8 +439,6 @@ def ineligible_reason(conn: psycopg.Connection, rel: RelationInfo, columns: list
         (rel.oid, columns)).fetchall()
     if missing:
         return f'column "{missing[0][0]}" was added with a default that old rows do not store'
-    if not conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = session_user").fetchone()[0]:
-        return "the accelerator server's database role is not a superuser (get_raw_page needs one)"
     if _raw_page_function(conn) is None:
         return "the pageinspect extension is not installed"
     return None
@@ -523,8 +523,11 @@ def read(conn: psycopg.Connection, conninfo: str, rel: RelationInfo, scalars: li
         out = extract(pages, lo, spec.attlen, spec.attalign, spec.slot, spec.code, spec.n_scalars, n)
         return pages, out, tb - ta, time.perf_counter() - tb
 
-    with ThreadPoolExecutor(connections) as pool:
-        parts = [p for p in pool.map(chunk, range(connections)) if p is not None]
+    try:
+        with ThreadPoolExecutor(connections) as pool:
+            parts = [p for p in pool.map(chunk, range(connections)) if p is not None]
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise StriderFallback(f"the accelerator server's own database role cannot read raw pages: {exc}") from None
     fetch_s = max((p[2] for p in parts), default=0.0)
     decode_s = max((p[3] for p in parts), default=0.0)
     cols = list(zip(*(p[1] for p in parts))) if parts else None

@@ -96,3 +96,21 @@ def test_user_dsl_logregr_agrees_with_builtin():
     ref = engine.train("logregr", {"X": X, "y": y.astype(float)}, {"max_iter": 50}, threads=2)
     agree = np.mean(engine.predict("logregr", user.model, X) == engine.predict("logregr", ref.model, X))
     assert agree > 0.95  # measured 0.968 (SGD vs Newton near the boundary)
+
+
+def test_dsl_merge_sum_and_checked_settings():
+    X, y = load_breast_cancer(return_X_y=True)
+    X = StandardScaler().fit_transform(X[:, :5])
+    alg = engine.register_algorithm("user_logregr_sum", USER_LOGREGR.replace("epochs = 200", "epochs = 30")
+                                    + 'merge = "sum"\n')
+    out = engine.train(alg, {"X": X, "y": y.astype(float)}, threads=2)
+    ref = engine.train("logregr", {"X": X, "y": y.astype(float)}, {"max_iter": 50}, threads=2)
+    agree = np.mean(engine.predict("logregr", out.model, X) == engine.predict("logregr", ref.model, X))
+    assert agree > 0.95
+    assert engine.register_algorithm("user_logregr_sum", alg.source) is alg  # unchanged: not recompiled
+    with pytest.raises(InDBError, match="merge must be one of"):
+        engine.register_algorithm("bad_merge", USER_LOGREGR + 'merge = "median"\n')
+    with pytest.raises(InDBError, match="schedule must be one of"):
+        engine.train(alg, {"X": X, "y": y.astype(float)}, {"schedule": "cosine"})
+    with pytest.raises(InDBError, match="epochs must be int"):
+        engine.train(alg, {"X": X, "y": y.astype(float)}, {"epochs": "many"})

@@ -37,7 +37,7 @@ def snapshot_session(conninfo):
     with psycopg.connect(conninfo) as caller:
         caller.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         snap = caller.execute("SELECT pg_export_snapshot()").fetchone()[0]
-        sess = open_snapshot_session(conninfo, snapshot=snap, role=None)
+        sess = open_snapshot_session(conninfo, snapshot=snap, login=None)
         try:
             yield sess
         finally:
@@ -145,7 +145,7 @@ def test_concurrent_updates_deletes_aborts_hot_and_locks(pg):
             running.commit()  # after the snapshot: still invisible to it
             db.execute("DELETE FROM m WHERE id % 4 = 0 AND id % 11 <> 0 AND id % 13 <> 0")  # after the snapshot: visible
             db.execute("INSERT INTO m SELECT i, 9, 9 FROM generate_series(7001, 7100) i")
-            sess = open_snapshot_session(ci, snapshot=snap, role=None)
+            sess = open_snapshot_session(ci, snapshot=snap, login=None)
             rel = check_readable(sess, "m", ["y", "x"])
             td = read_training_data(sess, rel, "y", ["x"], path="strider", page_conninfo=ci)
             oracle = sess.execute("SELECT y, x FROM m").fetchall()

@@ -158,7 +158,7 @@ def test_bad_input_gives_clear_errors_and_no_model(db, call, match):
 def test_permission_denied_and_row_level_security(db):
     db.execute("CREATE TABLE secret (y float8, x float8, owner text)")
     db.execute("INSERT INTO secret SELECT g, g, CASE WHEN g <= 30 THEN 'alice' ELSE 'bob' END FROM generate_series(1, 100) g")
-    db.execute("CREATE ROLE alice")
+    db.execute("CREATE ROLE alice LOGIN")
     db.execute("GRANT CREATE ON SCHEMA public TO alice")
     db.execute("SET SESSION AUTHORIZATION alice")
     with pytest.raises(psycopg.Error, match="permission denied"):

@@ -6,7 +6,7 @@ An algorithm is a few lines of restricted Python::
     learning_rate = 0.5         # initial step size
     schedule = "invscaling"     # constant | invscaling (lr / sqrt(t)) | step (halve every 10 epochs)
     batch_size = 32             # mini-batch size per engine thread
-    merge = "average"           # how engine threads' models are merged after each epoch
+    merge = "average"           # merge of the engine threads' models per epoch: average | sum
     tolerance = 1e-6            # stop when the epoch loss changes less than this
 
     def gradient(w, x, y):      # per-tuple gradient of the loss at model w
@@ -65,6 +65,8 @@ FUNCTIONS = {"dot": dot, "sigmoid": sigmoid, "sign": sign, "exp": np.exp, "log":
              "sqrt": np.sqrt, "abs": abs, "max": max, "min": min}
 SETTINGS = {"epochs": int, "learning_rate": float, "schedule": str, "batch_size": int, "merge": str,
             "tolerance": float, "l2": float}
+#: merge: "average" the threads' models, or "sum" their updates (w + Σ (w_i - w)).
+CHOICES = {"schedule": ("constant", "invscaling", "step"), "merge": ("average", "sum")}
 _ALLOWED = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Assign, ast.Name, ast.Load,
             ast.Store, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.Call, ast.Expr,
             ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.USub, ast.UAdd, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
@@ -79,6 +81,17 @@ class Algorithm:
     ops_per_tuple: int
     kernel: object
     loss_fn: object | None
+
+
+def _setting(key: str, value, where: str = "") -> object:
+    """``value`` as setting ``key``'s type, checked against its allowed choices."""
+    try:
+        v = SETTINGS[key](value)
+    except (TypeError, ValueError):
+        raise DSLError(f"{where}{key} must be {SETTINGS[key].__name__}, not {value!r}") from None
+    if key in CHOICES and v not in CHOICES[key]:
+        raise DSLError(f"{where}{key} must be one of {', '.join(CHOICES[key])}, not {v!r}")
+    return v
 
 
 def _validate(tree: ast.Module) -> tuple[dict, set]:
@@ -103,7 +116,7 @@ def _validate(tree: ast.Module) -> tuple[dict, set]:
             key = stmt.targets[0].id
             if key not in SETTINGS:
                 raise DSLError(f"line {stmt.lineno}: unknown setting {key!r}; known: {sorted(SETTINGS)}")
-            settings[key] = SETTINGS[key](stmt.value.value)
+            settings[key] = _setting(key, stmt.value.value, f"line {stmt.lineno}: ")
         else:
             raise DSLError(f"line {stmt.lineno}: top level may hold settings (name = constant) and functions only")
     if "gradient" not in funcs:
@@ -182,12 +195,17 @@ def compile_algorithm(name: str, source: str) -> Algorithm:
 
 
 def register_algorithm(name: str, source: str) -> Algorithm:
+    """Compile ``source`` (unless registered unchanged already) and register it under ``name``."""
     if not name or not name.replace("_", "").isalnum():
         raise DSLError("algorithm names are letters, digits and underscores")
     from learnedidx.indb.engine import ALGORITHMS
 
     if name in ALGORITHMS:
         raise DSLError(f"{name} is a built-in algorithm")
+    with _LOCK:
+        known = _REGISTRY.get(name)
+    if known is not None and known.source == source:
+        return known  # unchanged source: no recompilation
     alg = compile_algorithm(name, source)
     with _LOCK:
         _REGISTRY[name] = alg
@@ -204,12 +222,13 @@ def get_algorithm(name: str) -> Algorithm:
 def train_registered(name_or_alg, data: dict, params: dict, *, threads: int = 2, seed: int = 0):
     """Run a DSL algorithm on the engine: per-thread SGD over partitions, merged each epoch."""
     from learnedidx.accel.engine_model import CLOCK_MHZ, UNITS
-    from learnedidx.indb.engine import TrainOutput, _check, _partitions, _with_intercept
+    from learnedidx.indb.engine import TrainOutput, _check, _design, _partitions
 
     alg = name_or_alg if isinstance(name_or_alg, Algorithm) else get_algorithm(name_or_alg)
     s = {"epochs": 20, "learning_rate": 0.1, "schedule": "invscaling", "batch_size": 1, "merge": "average",
-         "tolerance": 0.0, "l2": 0.0, **alg.settings, **{k: v for k, v in params.items() if k in SETTINGS}}
-    X = _with_intercept(data["X"], params.get("intercept", True))
+         "tolerance": 0.0, "l2": 0.0, **alg.settings,
+         **{k: _setting(k, v, "parameter ") for k, v in params.items() if k in SETTINGS}}
+    X = _design(data["X"], params)
     y = np.ascontiguousarray(data["y"], np.float64)
     _check(X, y)
     rng = np.random.default_rng(seed)
@@ -227,7 +246,7 @@ def train_registered(name_or_alg, data: dict, params: dict, *, threads: int = 2,
             tbase = (ep - 1) * max(1, len(orders[0]) // max(1, int(s["batch_size"])))
             models = list(ex.map(lambda o: alg.kernel(X, y, w.copy(), lr, sched, tbase, o,
                                                       int(s["batch_size"]), float(s["l2"])), orders))
-            w = np.mean(models, axis=0)
+            w = np.mean(models, axis=0) if s["merge"] == "average" else w + np.sum(models, axis=0) - len(models) * w
             if alg.loss_fn is not None:
                 loss = float(alg.loss_fn(X, y, w)) / len(y)
                 if abs(prev - loss) < s["tolerance"]:
