@@ -138,7 +138,9 @@ class Store:
     max_key_len : int
         Longest accepted key in bytes (keys are 1..max_key_len bytes).
     group_size : int
-        Target keys per group; groups over ``2 * group_size`` are split.
+        Target keys per group; groups over ``2 * group_size`` are split, and groups are
+        halved (down to ``group_size // 8`` keys) while their feature length exceeds
+        ``max_features``.
     max_features : int
         Cap on the feature length (key bytes after the group prefix) of a group model.
     buffer_threshold : int
@@ -644,13 +646,13 @@ class Store:
                 gint_rows.append(row); coef_rows.append(st.coef[g]); models.append(st.models[g])
                 continue
             _, g, s, e, _, _, new_keys, deletes = p
-            split = e - s > 2 * self.group_size
-            if split:
+            old_feat = st.models[g].feat if G else 0
+            feat_grew = old_feat < self.max_features < self._feature_len(arena, offsets, s, e)
+            split = e - s > 2 * self.group_size or (feat_grew and e - s > self._min_group)
+            bounds = self._cut(arena, offsets, s, e) if split else [s, e]
+            if len(bounds) > 2:
                 self._stats["splits"] += 1
-            bounds = [s, e] if not split else list(range(s, e, self.group_size)) + [e]
-            if split and bounds[-1] - bounds[-2] < self.group_size // 2 and len(bounds) > 2:
-                bounds.pop(-2)
-            memo = st.models[g] if (G and not split) else None
+            memo = st.models[g] if (G and len(bounds) == 2) else None
             for a, b in zip(bounds[:-1], bounds[1:]):
                 m, c, prefix, feat, lo, hi = self._fit_group(arena, offsets, a, b, memo, new_keys if memo else None, deletes)
                 gint_rows.append(np.array([a, b, prefix, feat, lo, hi, 0], np.int64))
@@ -681,12 +683,33 @@ class Store:
         if rec.log:
             self._merge(all_groups=True)
 
+    @property
+    def _min_group(self) -> int:
+        return max(16, self.group_size // 8)
+
+    @staticmethod
+    def _feature_len(arena, offsets, s: int, e: int) -> int:
+        """Bytes past the common prefix of keys s..e-1 (the group's uncapped feature length)."""
+        return int(K.max_key_len(offsets, s, e) - K.common_prefix_len(arena, offsets, s, e))
+
+    def _cut(self, arena, offsets, s: int, e: int) -> list[int]:
+        """Group boundaries over sorted keys s..e-1, greedily as in SIndex: groups of
+        ``group_size`` keys (a short tail joins the last one), each halved while its feature
+        length exceeds ``max_features`` and it is larger than the minimum group size."""
+        bounds = [s]
+        a = s
+        while a < e:
+            b = e if e - a < self.group_size * 3 // 2 else a + self.group_size
+            while b - a >= 2 * self._min_group and self._feature_len(arena, offsets, a, b) > self.max_features:
+                b = a + (b - a) // 2
+            bounds.append(b)
+            a = b
+        return bounds
+
     def _regroup(self, st: _State) -> _State:
         """Cut sorted arrays into groups of ``group_size`` and train each from scratch."""
         n = st.nkeys()
-        bounds = list(range(0, n, self.group_size)) + [n]
-        if len(bounds) > 2 and bounds[-1] - bounds[-2] < self.group_size // 2:
-            bounds.pop(-2)
+        bounds = self._cut(st.arena, st.offsets, 0, n)
         rows, coefs, models = [], [], []
         for a, b in zip(bounds[:-1], bounds[1:]):
             m, c, prefix, feat, lo, hi = self._fit_group(st.arena, st.offsets, a, b, None, None, 0)

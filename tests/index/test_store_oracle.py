@@ -235,3 +235,40 @@ def test_bulk_load_into_empty_store_last_value_wins_and_survives_reopen(tmp_path
         del ref[ks[0]]
     with learnedidx.open(tmp_path / "db", retrain="off") as db:
         assert list(db.items()) == sorted(ref.items())
+
+
+def _feature_lens(st_):
+    return [int(K.max_key_len(st_.offsets, s, e) - K.common_prefix_len(st_.arena, st_.offsets, s, e))
+            for s, e in st_.gint[:, :2]]
+
+
+def test_groups_are_halved_to_bound_the_feature_length():
+    # 40 runs of 100 keys "ddd/" + 10 random bytes: a 512-key group spans several runs, so its
+    # feature length is 12 > max_features = 10; halving down to one run brings it to 10.
+    rng = np.random.default_rng(3)
+    ks = sorted(b"%03d/" % (i // 100) + rng.bytes(10) for i in range(4000))
+    with learnedidx.open(retrain="off", group_size=512, max_features=10) as db:
+        db.put_many(ks, ks)
+        st_ = db._st
+        sizes = (st_.gint[:, 1] - st_.gint[:, 0]).tolist()
+        feats = _feature_lens(st_)
+        assert min(sizes) >= 64 and len(sizes) > 4000 // 512
+        assert all(f <= 10 or n < 128 for f, n in zip(feats, sizes))  # halved as far as allowed
+        assert sum(n for f, n in zip(feats, sizes) if f <= 10) > len(ks) // 4  # none without halving
+        assert db.get_many(ks) == ks
+
+
+def test_groups_whose_feature_length_grows_are_cut_again():
+    rng = np.random.default_rng(3)
+    ks = sorted({b"pre/" + b"%06d" % int(rng.integers(0, 10**6)) + rng.bytes(int(rng.integers(0, 3)))
+                 for _ in range(4000)})
+    with learnedidx.open(retrain="inline", group_size=512, max_features=10, buffer_threshold=8) as db:
+        db.put_many(ks, ks)
+        assert db.stats()["groups"] == 8 and max(_feature_lens(db._st)) <= 10
+        extra = [k + b"-long-suffix" for k in ks[::50]]
+        for k in extra:
+            db.put(k, k)
+        db.retrain_now()
+        assert db.stats()["splits"] > 0 and db.stats()["groups"] > 8
+        assert list(db) == sorted(ks + extra)
+        assert db.get_many(extra) == extra
