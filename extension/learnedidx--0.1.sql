@@ -124,6 +124,9 @@ conn = plpy.execute("SELECT * FROM learnedidx._cluster()")[0]
 # caller's privileges and row-level security apply to everything it reads.
 args = {"algorithm": algorithm, "source": source, "dep": dep, "indep": list(indep), "params": params if isinstance(params, dict) else json.loads(params),
         "snapshot": snapshot, "login": caller, "role": plpy.execute("SELECT current_user AS u")[0]["u"],
+        # lets the server stop training once this statement is cancelled or times out
+        "caller_pid": plpy.execute("SELECT pg_backend_pid() AS p")[0]["p"],
+        "caller_xact_start": plpy.execute("SELECT now()::text AS t")[0]["t"],
         "host": conn["host"].strip(), "port": int(conn["port"]),
         "dbname": conn["db"], "search_path": plpy.execute("SELECT current_setting('search_path') AS p")[0]["p"]}
 # Session settings learnedidx.reader (auto, strider, copy) and learnedidx.threads apply unless params name them.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 from numba import njit
@@ -32,6 +33,23 @@ class NotSupportedError(InDBError):
     """A MADlib option this engine does not implement."""
 
     kind = "not-supported"
+
+
+class CancelledError(InDBError):
+    """The caller gave up (its statement was cancelled): training stopped between rounds."""
+
+    kind = "cancelled"
+
+
+StopCheck = Callable[[], bool] | None
+
+
+def rounds(first: int, last: int, stop: StopCheck):
+    """``range(first, last + 1)`` that asks ``stop()`` before each round (epoch or iteration)."""
+    for i in range(first, last + 1):
+        if stop is not None and stop():
+            raise CancelledError("training stopped: the calling statement is gone")
+        yield i
 
 
 def check_params(algorithm: str, params: dict) -> None:
@@ -179,7 +197,7 @@ def _modelled(algorithm: str, rows: int, d: int, epochs: int, threads: int) -> f
 
 
 # ---------------------------------------------------------------------- algorithms
-def _linregr(data, params, threads, seed):
+def _linregr(data, params, threads, seed, stop):
     X = _design(data["X"], params)
     y = np.ascontiguousarray(data["y"], np.float64)
     _check(X, y)
@@ -193,7 +211,7 @@ def _linregr(data, params, threads, seed):
     return {"coef": coef}, float(resid @ resid / len(y)), 1
 
 
-def _logregr(data, params, threads, seed):
+def _logregr(data, params, threads, seed, stop):
     X = _design(data["X"], params)
     y = np.ascontiguousarray(data["y"], np.float64)
     _check(X, y)
@@ -207,7 +225,7 @@ def _logregr(data, params, threads, seed):
     it = 0
     loss = np.inf
     with ThreadPoolExecutor(len(parts)) as ex:
-        for it in range(1, max_iter + 1):
+        for it in rounds(1, max_iter, stop):
             stats = list(ex.map(lambda s: _logistic_newton_stats(X[s], y[s], w), parts))
             g = sum(s[0] for s in stats)
             H = sum(s[1] for s in stats) + 1e-10 * np.eye(len(w))
@@ -219,7 +237,7 @@ def _logregr(data, params, threads, seed):
     return {"coef": w}, loss, it
 
 
-def _svm(data, params, threads, seed):
+def _svm(data, params, threads, seed, stop):
     X = _design(data["X"], params)
     y = np.ascontiguousarray(data["y"], np.float64)
     _check(X, y)
@@ -235,7 +253,7 @@ def _svm(data, params, threads, seed):
     w = np.zeros(X.shape[1])
     hinge = 0.0
     with ThreadPoolExecutor(len(parts)) as ex:
-        for ep in range(epochs):
+        for ep in rounds(0, epochs - 1, stop):
             orders = [rng.permutation(np.arange(s.start, s.stop)) for s in parts]
             res = list(ex.map(lambda o: _svm_epoch(X, ys, w.copy(), lam, lr0, ep * len(o), o), orders))
             w = np.mean([r[0] for r in res], axis=0)  # merge: model averaging
@@ -243,7 +261,7 @@ def _svm(data, params, threads, seed):
     return {"coef": w, "labels": labels.astype(np.float64)}, float(hinge), epochs
 
 
-def _lmf(data, params, threads, seed):
+def _lmf(data, params, threads, seed, stop):
     rows = np.ascontiguousarray(data["row"], np.int64)
     cols = np.ascontiguousarray(data["col"], np.int64)
     vals = np.ascontiguousarray(data["value"], np.float64)
@@ -264,7 +282,7 @@ def _lmf(data, params, threads, seed):
     parts = _partitions(len(vals), threads)
     sq = 0.0
     with ThreadPoolExecutor(len(parts)) as ex:
-        for _ in range(epochs):
+        for _ in rounds(1, epochs, stop):
             orders = [rng.permutation(np.arange(s.start, s.stop)) for s in parts]
             copies = [(U.copy(), V.copy()) for _ in orders]
             sq = sum(ex.map(lambda a: _lmf_epoch(rows, cols, vals, a[1][0], a[1][1], lr, lam, a[0]),
@@ -278,16 +296,19 @@ def _lmf(data, params, threads, seed):
 ALGORITHMS = {"linregr": _linregr, "logregr": _logregr, "svm": _svm, "lmf": _lmf}
 
 
-def train(algorithm: str, data: dict, params: dict | None = None, *, threads: int = 2, seed: int = 0) -> TrainOutput:
-    """Train ``algorithm`` on arrays: {"X", "y"} or, for LMF, {"row", "col", "value"}."""
+def train(algorithm, data: dict, params: dict | None = None, *, threads: int = 2, seed: int = 0,
+          stop: StopCheck = None) -> TrainOutput:
+    """Train ``algorithm`` (a built-in or DSL name, or a compiled DSL algorithm) on arrays:
+    {"X", "y"} or, for LMF, {"row", "col", "value"}.  ``stop()``, asked between epochs or
+    iterations, ends training early with :class:`CancelledError` when it returns true."""
     params = dict(params or {})
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         from learnedidx.indb import dsl
 
-        return dsl.train_registered(algorithm, data, params, threads=threads, seed=seed)
+        return dsl.train_registered(algorithm, data, params, threads=threads, seed=seed, stop=stop)
     check_params(algorithm, params)
     t0 = time.perf_counter()
-    model, loss, iters = ALGORITHMS[algorithm](data, params, threads, seed)
+    model, loss, iters = ALGORITHMS[algorithm](data, params, threads, seed, stop)
     dt = time.perf_counter() - t0
     n = len(data["value"]) if algorithm == "lmf" else len(data["y"])
     d = params.get("rank", 10) if algorithm == "lmf" else data["X"].shape[1] + 1

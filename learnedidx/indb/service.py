@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import psycopg
 from psycopg.conninfo import make_conninfo
 
 from learnedidx.errors import InDBError
@@ -19,6 +20,36 @@ def _conninfo(args: dict, server_conninfo: str | None) -> str:
         raise InDBError("the calling cluster must be reached through its Unix socket directory")
     return make_conninfo(server_conninfo or "", host=host, port=str(int(port)), dbname=str(db),
                          application_name="learnedidx-accelerator")
+
+
+class CallerWatch:
+    """``stop`` check for the engine: true once the calling backend has left the transaction
+    that asked (cancelled, timed out, disconnected).  Asks ``pg_stat_activity`` at most
+    twice a second; when it cannot tell (no rights, no connection) training goes on."""
+
+    def __init__(self, conninfo: str, pid: int, xact_start: str) -> None:
+        self.conninfo, self.pid, self.since = conninfo, pid, xact_start
+        self.conn: psycopg.Connection | None = None
+        self.next = 0.0
+
+    def __call__(self) -> bool:
+        now = time.monotonic()
+        if now < self.next:
+            return False
+        self.next = now + 0.5
+        try:
+            if self.conn is None:
+                self.conn = psycopg.connect(self.conninfo, autocommit=True)
+            row = self.conn.execute(
+                "SELECT state IS NULL OR (state = 'active' AND xact_start = %s::timestamptz) "
+                "FROM pg_stat_activity WHERE pid = %s", (self.since, self.pid)).fetchone()
+        except psycopg.Error:
+            return False
+        return row is None or not row[0]
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
 
 
 @handler("indb.train")
@@ -55,7 +86,14 @@ def indb_train(args, arrays, ctx):
     finally:
         conn.rollback()
         conn.close()
-    out = engine.train(trainee, data, params, threads=int(params.get("threads", 2)), seed=int(params.get("seed", 0)))
+    watch = CallerWatch(conninfo, int(args["caller_pid"]), str(args["caller_xact_start"])) \
+        if args.get("caller_pid") else None
+    try:
+        out = engine.train(trainee, data, params, threads=int(params.get("threads", 2)),
+                           seed=int(params.get("seed", 0)), stop=watch)
+    finally:
+        if watch is not None:
+            watch.close()
     return {
         "model": {k: np.asarray(v).tolist() for k, v in out.model.items()},
         "loss": out.loss, "num_rows_processed": td.rows_total - td.rows_skipped, "num_rows_skipped": td.rows_skipped,

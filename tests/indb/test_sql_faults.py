@@ -4,8 +4,10 @@ Oracles: plain SELECTs as the same role, scikit-learn on the same rows, and the 
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import psycopg
@@ -83,7 +85,12 @@ def test_column_privileges_and_forced_row_level_security(db):
     assert (n, want, path) == (25, 25, "copy")
 
 
-def test_pg_cancel_backend_leaves_nothing_and_others_are_served(db, postgresql_proc):
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_pg_cancel_backend_leaves_nothing_and_others_are_served(db, postgresql_proc, accel_server):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(20000, 10))
     _load(db, "cbig", X, (X[:, 0] > 0).astype(float))
@@ -121,6 +128,10 @@ def test_pg_cancel_backend_leaves_nothing_and_others_are_served(db, postgresql_p
     assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.QueryCanceled)
     assert _models(db, "cbig_svm") == 0
     assert db.execute("SELECT to_regclass('cbig_svm')").fetchone()[0] is None
+    time.sleep(1.0)  # the server notices within half a second and stops training
+    before = _cpu_seconds(accel_server.pid)
+    time.sleep(1.0)
+    assert _cpu_seconds(accel_server.pid) - before < 0.5  # two busy engine threads would burn ~2 s
 
 
 PLAIN = "CREATE TABLE f (y float8, x float8)"

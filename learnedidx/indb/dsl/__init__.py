@@ -219,10 +219,10 @@ def get_algorithm(name: str) -> Algorithm:
         raise DSLError(f"unknown algorithm {name!r}: register it first") from None
 
 
-def train_registered(name_or_alg, data: dict, params: dict, *, threads: int = 2, seed: int = 0):
+def train_registered(name_or_alg, data: dict, params: dict, *, threads: int = 2, seed: int = 0, stop=None):
     """Run a DSL algorithm on the engine: per-thread SGD over partitions, merged each epoch."""
     from learnedidx.accel.engine_model import CLOCK_MHZ, UNITS
-    from learnedidx.indb.engine import TrainOutput, _check, _design, _partitions
+    from learnedidx.indb.engine import TrainOutput, _check, _design, _partitions, rounds
 
     alg = name_or_alg if isinstance(name_or_alg, Algorithm) else get_algorithm(name_or_alg)
     s = {"epochs": 20, "learning_rate": 0.1, "schedule": "invscaling", "batch_size": 1, "merge": "average",
@@ -240,7 +240,7 @@ def train_registered(name_or_alg, data: dict, params: dict, *, threads: int = 2,
     loss = float("nan")
     ep = 0
     with ThreadPoolExecutor(len(parts)) as ex:
-        for ep in range(1, int(s["epochs"]) + 1):
+        for ep in rounds(1, int(s["epochs"]), stop):
             lr = s["learning_rate"] * (0.5 ** ((ep - 1) // 10) if s["schedule"] == "step" else 1.0)
             orders = [rng.permutation(np.arange(p.start, p.stop)) for p in parts]
             tbase = (ep - 1) * max(1, len(orders[0]) // max(1, int(s["batch_size"])))
