@@ -223,27 +223,31 @@ def group_lower_bound(arena, offsets, heads, gint, coef, g, q) -> int:
     return r
 
 
-@njit(cache=True, nogil=True)
-def find_one(arena, offsets, heads, gint, coef, q) -> int:
-    """Index of key q in the merged arrays, or -1."""
-    n = offsets.shape[0] - 1
-    if n == 0 or gint.shape[0] == 0:
-        return -1
-    g = find_group(arena, offsets, gint, q)
+@njit(cache=True, nogil=True, inline="always")
+def _in_group(arena, offsets, heads, gint, coef, g, q, exact) -> int:
+    """Lower bound of q, found in group g; with ``exact``, q's index or -1."""
     r = group_lower_bound(arena, offsets, heads, gint, coef, g, q)
+    if not exact:
+        return r
     if r < gint[g, G_END] and compare_key(arena, offsets, r, q) == 0:
         return r
     return -1
 
 
 @njit(cache=True, nogil=True)
+def find_one(arena, offsets, heads, gint, coef, q) -> int:
+    """Index of key q in the merged arrays, or -1."""
+    if gint.shape[0] == 0:
+        return -1
+    return _in_group(arena, offsets, heads, gint, coef, find_group(arena, offsets, gint, q), q, True)
+
+
+@njit(cache=True, nogil=True)
 def seek(arena, offsets, heads, gint, coef, q) -> int:
     """Global lower bound of q (index of the first key >= q)."""
-    n = offsets.shape[0] - 1
-    if n == 0 or gint.shape[0] == 0:
+    if gint.shape[0] == 0:
         return 0
-    g = find_group(arena, offsets, gint, q)
-    return group_lower_bound(arena, offsets, heads, gint, coef, g, q)
+    return _in_group(arena, offsets, heads, gint, coef, find_group(arena, offsets, gint, q), q, False)
 
 
 @njit(cache=True, nogil=True)
@@ -271,22 +275,17 @@ def _sorted_queries(qarena, qoffsets):
 
 
 @njit(cache=True, nogil=True)
-def find_many(arena, offsets, heads, gint, coef, qarena, qoffsets):
-    """Batched point lookups: index of each query key or -1, all inside compiled code."""
+def search_many(arena, offsets, heads, gint, coef, qarena, qoffsets, exact):
+    """Batched searches inside compiled code, answered in sorted-query order: the index of
+    each query key or -1 (``exact``, as :func:`find_one`), else its lower bound (:func:`seek`)."""
     order, sa, so = _sorted_queries(qarena, qoffsets)
     out = np.empty(order.shape[0], dtype=np.int64)
+    if gint.shape[0] == 0:
+        out[:] = -1 if exact else 0
+        return out
     for t in range(order.shape[0]):
-        out[order[t]] = find_one(arena, offsets, heads, gint, coef, sa[so[t]:so[t + 1]])
-    return out
-
-
-@njit(cache=True, nogil=True)
-def seek_many(arena, offsets, heads, gint, coef, qarena, qoffsets):
-    """Batched :func:`seek`."""
-    order, sa, so = _sorted_queries(qarena, qoffsets)
-    out = np.empty(order.shape[0], dtype=np.int64)
-    for t in range(order.shape[0]):
-        out[order[t]] = seek(arena, offsets, heads, gint, coef, sa[so[t]:so[t + 1]])
+        q = sa[so[t]:so[t + 1]]
+        out[order[t]] = _in_group(arena, offsets, heads, gint, coef, find_group(arena, offsets, gint, q), q, exact)
     return out
 
 

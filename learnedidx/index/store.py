@@ -294,7 +294,7 @@ class Store:
         self._check_open()
         st = self._st
         batch, klist = self._as_batch(keys)
-        idx = K.find_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets)
+        idx = K.search_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets, True)
         vals = st.values
         if len(idx) and idx.min() >= 0:
             out = list(map(vals.__getitem__, idx.tolist()))
@@ -319,19 +319,20 @@ class Store:
         offs = st.offsets
         values = st.values
         step = 128
-        while i < n or bk is not None:
+        while True:
             chunk_end = min(n, i + step)
             ol = offs[i:chunk_end + 1].tolist()
-            for j in range(chunk_end - i):
-                ak = ab[ol[j]:ol[j + 1]]
-                while bk is not None and bk < ak:
+            last = chunk_end - i
+            for j in range(last + (chunk_end == n)):  # past the last merged key: ak is None
+                ak = ab[ol[j]:ol[j + 1]] if j < last else None
+                while bk is not None and (ak is None or bk < ak):
                     if hi is not None and bk >= hi:
                         return
                     v = buf.get(bk, _TOMB)
                     if v is not _TOMB:
                         yield bk, v
                     bk = next(bkeys, None)
-                if hi is not None and ak >= hi:
+                if ak is None or (hi is not None and ak >= hi):
                     return
                 if bk is not None and bk == ak:
                     v = buf.get(bk, _TOMB)
@@ -342,14 +343,6 @@ class Store:
                 yield ak, values[i + j]
             i = chunk_end
             step = min(step * 2, 4096)
-            if i >= n:
-                while bk is not None:
-                    if hi is not None and bk >= hi:
-                        return
-                    v = buf.get(bk, _TOMB)
-                    if v is not _TOMB:
-                        yield bk, v
-                    bk = next(bkeys, None)
 
     def scan(self, start_key: Any, count: int) -> list[tuple[bytes, bytes]]:
         """Up to ``count`` (key, value) pairs with key >= ``start_key``, in key order."""
@@ -382,7 +375,7 @@ class Store:
         batch, klist = self._as_batch(start_keys)
         if st.buf:
             return [self.scan(k, count) for k in (klist or [batch.key(i) for i in range(len(batch))])]
-        pos = K.seek_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets).tolist()
+        pos = K.search_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets, False).tolist()
         ab = st.ab
         n = st.nkeys()
         out = []
