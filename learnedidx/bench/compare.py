@@ -5,7 +5,7 @@ from pathlib import Path
 
 import typer
 
-from learnedidx.bench.common import console, print_table
+from learnedidx.bench.common import console
 
 
 def plot(results: dict, workloads: list[str], peers: list[str], modes: list[str], out: Path) -> list[Path]:
@@ -64,46 +64,46 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0),
     ) -> None:
         """Run every peer on identical operation streams; ratios are learnedidx / peer."""
-        from learnedidx.workloads.cli import run_ycsb
-        from learnedidx.workloads.peers import available_peers
+        from learnedidx.workloads.cli import run_peers, ycsb_streams
+        from learnedidx.workloads.peers import PEERS, available_peers
 
-        ok, skipped = available_peers()
+        plist, skipped = available_peers(list(PEERS) if peers == "all" else peers.split(","))
         for name, why in skipped.items():
             console.print(f"[yellow]skipping peer {name}: {why}[/yellow]")
-        plist = ok if peers == "all" else [p for p in peers.split(",") if p in ok]
-        wl = workloads.split(",")
-        ml = modes.split(",")
+        wl, ml = workloads.split(","), modes.split(",")
         out.mkdir(parents=True, exist_ok=True)
         results: dict = {}
         for w in wl:
-            for p in plist:
-                with console.status(f"workload {w} on {p}"):
-                    reps = run_ycsb(w, records, operations, [p], ml, {}, keys or None, seed)
-                for r in reps:
-                    if r.phase != "run":
-                        continue
-                    j = r.to_json()
-                    main = max(j["ops"].values(), key=lambda o: o["operations"])
-                    results[(w, p, r.mode)] = {"throughput": r.throughput, "p50": main["p50_us"],
-                                               "p95": main["p95_us"], "p99": main["p99_us"], "digest": r.digest}
-            digests = {results[(w, p, m)]["digest"] for p in plist for m in ml}
-            if len(digests) != 1:
+            console.print(f"workload {w}: generating {records:,} records and {operations:,} operations")
+            load, run = ycsb_streams(w, records, operations, {}, keys or None, seed)
+            for r in run_peers(load, run, plist, ml):
+                if r.phase == "run":
+                    main = max(r.to_json()["ops"].values(), key=lambda o: o["operations"])
+                    results[(w, r.peer, r.mode)] = {"throughput": r.throughput, "p50": main["p50_us"],
+                                                    "p95": main["p95_us"], "p99": main["p99_us"], "digest": r.digest}
+            if len({v["digest"] for (w2, _, _), v in results.items() if w2 == w}) > 1:
                 console.print(f"[red]workload {w}: peers disagree on read results[/red]")
-        lines = ["| workload | mode | " + " | ".join(plist) + " | best peer (not learnedidx) | learnedidx / best |",
-                 "|" + "---|" * (len(plist) + 4)]
-        rows = []
-        for w in wl:
-            for m in ml:
-                tp = {p: results[(w, p, m)]["throughput"] for p in plist}
-                others = {p: v for p, v in tp.items() if not p.startswith("learnedidx")}
-                best = max(others, key=others.get) if others else "-"
-                ratio = tp.get("learnedidx", 0) / others[best] if others else float("nan")
-                lines.append(f"| {w} | {m} | " + " | ".join(f"{tp[p]:,.0f}" for p in plist) + f" | {best} | {ratio:.2f} |")
-                rows.append([w, m] + [tp[p] for p in plist] + [best, ratio])
+        table = results_table(results, wl, plist, ml)
         (out / "results.md").write_text(
             f"# YCSB run-phase throughput (ops/s), {records:,} records, {operations:,} operations\n\n"
-            + "\n".join(lines) + "\n")
-        print_table("throughput (ops/s)", ["workload", "mode"] + plist + ["best peer", "learnedidx/best"], rows)
+            + "\n".join(table) + "\n")
+        console.print("\n".join(table), markup=False)
         for f in plot(results, wl, plist, ml, out):
             console.print(f"wrote {f}")
         console.print(f"wrote {out / 'results.md'}")
+
+
+def results_table(results: dict, workloads: list[str], peers: list[str], modes: list[str]) -> list[str]:
+    """Markdown rows: throughput per workload × mode × peer ("-" where a peer was skipped), the best
+    peer whose name does not start with ``learnedidx`` and the ratio learnedidx / best."""
+    lines = ["| workload | mode | " + " | ".join(peers) + " | best peer (not learnedidx) | learnedidx / best |",
+             "|" + "---|" * (len(peers) + 4)]
+    for w in workloads:
+        for m in modes:
+            tp = {p: results[(w, p, m)]["throughput"] for p in peers if (w, p, m) in results}
+            others = {p: v for p, v in tp.items() if not p.startswith("learnedidx")}
+            best = max(others, key=others.__getitem__) if others else "-"
+            ratio = f"{tp['learnedidx'] / others[best]:.2f}" if others and "learnedidx" in tp else "-"
+            cells = [f"{tp[p]:,.0f}" if p in tp else "-" for p in peers]
+            lines.append(f"| {w} | {m} | " + " | ".join(cells) + f" | {best} | {ratio} |")
+    return lines

@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import random
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
+from rich.progress import Progress
+
+if TYPE_CHECKING:  # the heavy modules load when a command runs
+    from learnedidx.workloads.runner import Report
+    from learnedidx.workloads.spec import OpStream
 
 ycsb_app = typer.Typer(help="YCSB load/run against the store and its peers.", no_args_is_help=True)
 trace_app = typer.Typer(help="Twitter cache traces: generate and replay.", no_args_is_help=True)
@@ -22,12 +27,10 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
     return out
 
 
-def run_ycsb(workload: str, records: int | None, operations: int | None, peers: list[str], modes: list[str],
-             overrides: dict[str, str], keys: str | None, seed: int, store_options: dict | None = None):
-    """Load + run ``workload`` on each peer and mode; returns the reports (load and run)."""
+def ycsb_streams(workload: str, records: int | None, operations: int | None, overrides: dict[str, str],
+                 keys: str | None, seed: int) -> tuple[OpStream, OpStream]:
+    """The load and run streams of ``workload`` (``--records``/``--operations`` win over ``-p``)."""
     from learnedidx.workloads.keysources import load_keys
-    from learnedidx.workloads.peers import get_adapter
-    from learnedidx.workloads.runner import execute
     from learnedidx.workloads.spec import KeySpace, Workload, load_properties, load_stream, run_stream
 
     ov = dict(overrides)
@@ -41,20 +44,63 @@ def run_ycsb(workload: str, records: int | None, operations: int | None, peers: 
         real = load_keys(keys)
         random.Random(seed).shuffle(real)  # insertion order independent of the file's order
     ks = KeySpace(w, real)
-    load = load_stream(w, ks, seed)
-    run = run_stream(w, ks, seed)
+    return load_stream(w, ks, seed), run_stream(w, ks, seed)
+
+
+def runnable_peers(peers: list[str], run: OpStream, threads: int = 1) -> list[str]:
+    """The peers that can run ``run`` here; each other one is skipped with a message (never a failure)."""
+    from learnedidx.workloads.peers import PEERS, available_peers
+    from learnedidx.workloads.spec import SCAN
+
+    ok, skipped = available_peers(peers)
+    for name in ok:
+        if not PEERS[name][0].scans and bool((run.ops == SCAN).any()):
+            skipped[name] = "does not support scans"
+        elif threads > 1 and not PEERS[name][0].thread_safe:
+            skipped[name] = "does not support concurrent threads"
+    for name, why in skipped.items():
+        err.print(f"[yellow]skipping peer {name}: {why}[/yellow]")
+    return [p for p in ok if p not in skipped]
+
+
+def run_peers(load: OpStream, run: OpStream, peers: list[str], modes: list[str], *, threads: int = 1,
+              store_options: dict | None = None, progress: bool = True) -> list[Report]:
+    """Load then run the streams on each peer and mode (a fresh adapter each); the load and
+    run reports.  Peers that cannot run here are skipped with a message."""
+    from learnedidx.workloads.peers import get_adapter
+    from learnedidx.workloads.runner import execute
+
     reports = []
-    for peer in peers:
-        for mode in modes:
-            opts = store_options if peer.startswith("learnedidx") else {}
-            ad = get_adapter(peer, **(opts or {}))
-            try:
-                reports.append(execute(ad, load, mode=mode, phase="load"))
-                ad.settle()  # merge what the load buffered, untimed, as a server would between phases
-                reports.append(execute(ad, run, mode=mode, phase="run"))
-            finally:
-                ad.close()
+    with Progress(*Progress.get_default_columns(), console=err, transient=True,
+                  disable=not (progress and err.is_terminal)) as bar:
+        for peer in runnable_peers(peers, run, threads):
+            for mode in modes:
+                ad = get_adapter(peer, **((store_options or {}) if peer.startswith("learnedidx") else {}))
+                try:
+                    for phase, stream in (("load", load), ("run", run)):
+                        task = bar.add_task(f"{peer} {mode} {phase}", total=len(stream.ops))
+                        reports.append(execute(ad, stream, mode=mode, phase=phase, threads=threads,
+                                               progress=lambda n, t=task: bar.advance(t, n)))
+                        bar.remove_task(task)
+                        if phase == "load":
+                            ad.settle()  # merge what the load buffered, untimed, as between YCSB's phases
+                finally:
+                    ad.close()
     return reports
+
+
+def print_reports(reports: list[Report], json_out: bool, compare_digests: bool) -> None:
+    """YCSB text (or JSON); exit 1 when ``compare_digests`` and the run digests differ."""
+    from learnedidx.workloads.runner import dumps
+
+    if json_out:
+        typer.echo(dumps(reports))
+        return
+    for r in reports:
+        typer.echo("\n".join(r.lines()))
+    if compare_digests and len({r.digest for r in reports if r.phase == "run"}) > 1:
+        err.print("[red]peers returned different read results[/red]")
+        raise typer.Exit(1)
 
 
 @ycsb_app.command("run")
@@ -67,23 +113,14 @@ def ycsb_run(
     prop: list[str] = typer.Option([], "-p", help="property override name=value (repeatable)"),
     keys: Optional[str] = typer.Option(None, "--keys", help="real keys: 'words', 'geonames' or a file (one per line)"),
     seed: int = typer.Option(0, "--seed"),
+    threads: int = typer.Option(1, "--threads", min=1, help="client threads (peers that are thread-safe)"),
     json_out: bool = typer.Option(False, "--json", help="machine-readable output"),
 ) -> None:
     """Load then run a YCSB workload on the embedded store (and peers), printing YCSB-format results."""
-    from learnedidx.workloads.runner import dumps
-
     modes = ["per-op", "batch"] if mode == "both" else [mode]
-    with err.status(f"running workload {workload}..."):
-        reports = run_ycsb(workload, records, operations, peer, modes, parse_overrides(prop), keys, seed)
-    if json_out:
-        typer.echo(dumps(reports))
-        return
-    for r in reports:
-        typer.echo("\n".join(r.lines()))
-    runs = [r for r in reports if r.phase == "run"]
-    if len({r.digest for r in runs}) > 1:
-        err.print("[red]peers returned different read results[/red]")
-        raise typer.Exit(1)
+    load, run = ycsb_streams(workload, records, operations, parse_overrides(prop), keys, seed)
+    reports = run_peers(load, run, peer, modes, threads=threads)
+    print_reports(reports, json_out, compare_digests=threads == 1)
 
 
 @trace_app.command("gen")
@@ -111,19 +148,17 @@ def trace_replay(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Load the distinct keys of the first requests, then replay the rest; report like YCSB."""
-    from learnedidx.workloads.peers import get_adapter
-    from learnedidx.workloads.runner import dumps, execute
     from learnedidx.workloads.twitter import replay_streams
 
-    load, run = replay_streams(path, load_requests, on_error="raise" if strict else "skip")
-    reports = []
-    for p in peer:
-        for m in (["per-op", "batch"] if mode == "both" else [mode]):
-            ad = get_adapter(p)
-            try:
-                reports.append(execute(ad, load, mode=m, phase="load"))
-                ad.settle()
-                reports.append(execute(ad, run, mode=m, phase="run"))
-            finally:
-                ad.close()
-    typer.echo(dumps(reports) if json_out else "\n".join(line for r in reports for line in r.lines()))
+    skipped: list[int] = []
+
+    def report_skip(lineno: int, why: str) -> None:
+        skipped.append(lineno)
+        if len(skipped) <= 10:
+            err.print(f"[yellow]skipped malformed line {lineno}: {why}[/yellow]")
+
+    load, run = replay_streams(path, load_requests, on_error="raise" if strict else "skip", on_skip=report_skip)
+    if len(skipped) > 10:
+        err.print(f"[yellow]skipped {len(skipped):,} malformed lines in all[/yellow]")
+    reports = run_peers(load, run, peer, ["per-op", "batch"] if mode == "both" else [mode])
+    print_reports(reports, json_out, compare_digests=True)

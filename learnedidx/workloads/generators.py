@@ -80,12 +80,14 @@ def _zipf_many(u, items, theta, zetan, zeta2, alpha, eta):
 
 
 class ScrambledZipfian:
-    """ScrambledZipfianGenerator: Zipfian over 10^10 items, then fnvhash64 % itemcount."""
+    """ScrambledZipfianGenerator(min, max): ``ZipfianGenerator(0, ITEM_COUNT, 0.99, ZETAN)``, then
+    ``min + fnvhash64(z) % itemcount``.  YCSB's quirk kept: the bounds are inclusive, so the inner
+    generator has 10^10 + 1 items while ZETAN is zeta over 10^10 of them."""
 
     def __init__(self, lo: int, hi: int) -> None:
         self.lo = lo
         self.count = hi - lo + 1
-        self.zipf = Zipfian(0, SCRAMBLED_ITEM_COUNT - 1, ZIPFIAN_CONSTANT, SCRAMBLED_ZETAN)
+        self.zipf = Zipfian(0, SCRAMBLED_ITEM_COUNT, ZIPFIAN_CONSTANT, SCRAMBLED_ZETAN)
 
     def sample(self, u: np.ndarray) -> np.ndarray:
         return self.lo + fnvhash64_many(self.zipf.sample(u)) % self.count
@@ -93,28 +95,33 @@ class ScrambledZipfian:
 
 @njit(cache=True, nogil=True)
 def skewed_latest(u: np.ndarray, last: np.ndarray, theta: float) -> np.ndarray:
-    """SkewedLatestGenerator: last - zipfian(last) with the Zipfian's zeta grown incrementally
-    as the insert counter advances (YCSB's ZipfianGenerator.nextLong(itemcount) quirk: zeta is
-    recomputed incrementally when the item count grows)."""
+    """SkewedLatestGenerator over the acknowledged-insert counter: ``max - zipfian.nextLong(max)``
+    with ``max = last - 1`` (the highest acknowledged key number; ``last[i]`` keys exist before
+    draw i).  Quirks of ZipfianGenerator kept: it is built with ``items = last[0] - 1``; when
+    the counter grows, zeta is extended incrementally but eta keeps using the original
+    ``items``.  So key 0 is never drawn (unless it is the only key)."""
     out = np.empty(u.shape[0], np.int64)
-    zeta2 = 1.0 + 1.0 / 2.0 ** theta
+    zeta2 = 1.0 + 1.0 / 2.0 ** theta  # zeta(2, theta), summed as YCSB does
     alpha = 1.0 / (1.0 - theta)
-    count = 0
+    items = last[0] - 1 if u.shape[0] else 0
     zetan = 0.0
+    for j in range(items):
+        zetan += 1.0 / (j + 1) ** theta
+    count = items
+    eta = (1 - (2.0 / items) ** (1 - theta)) / (1 - zeta2 / zetan) if items > 2 else 0.0
     for i in range(u.shape[0]):
-        n = last[i]
-        if n < 1:
+        top = last[i] - 1
+        if top < 1:
             out[i] = 0
             continue
-        if n > count:
-            for j in range(count, n):
+        if top > count:
+            for j in range(count, top):
                 zetan += 1.0 / (j + 1) ** theta
-            count = n
-        eta = (1 - (2.0 / count) ** (1 - theta)) / (1 - zeta2 / zetan) if count > 2 else 0.0
-        z = _zipf_one(u[i], count, theta, zetan, zeta2, alpha, eta)
-        if z >= n:
-            z = n - 1
-        out[i] = (n - 1) - z
+            count = top
+            if items > 2:
+                eta = (1 - (2.0 / items) ** (1 - theta)) / (1 - zeta2 / zetan)
+        z = _zipf_one(u[i], top, theta, zetan, zeta2, alpha, eta)
+        out[i] = max(top - z, 0)
     return out
 
 
@@ -129,18 +136,18 @@ def hotspot(u: np.ndarray, u2: np.ndarray, lo: int, hi: int, hot_set_fraction: f
 
 
 def exponential(u: np.ndarray, count: int, percentile: float = 95.0, fraction: float = 0.8571428571) -> np.ndarray:
-    """ExponentialGenerator (gamma = -ln(1 - percentile/100) / (count * fraction))."""
+    """ExponentialGenerator(percentile, count * fraction): ``-ln(u) / gamma`` with
+    ``gamma = -ln(1 - percentile/100) / (count * fraction)``, truncated to an integer (CoreWorkload
+    subtracts it from the last acknowledged key number)."""
     gamma = -np.log(1.0 - percentile / 100.0) / (count * fraction)
     return (-np.log(u) / gamma).astype(np.int64)
 
 
-def key_name(keynum: int, hashed: bool = True, prefix: str = "user", zeropadding: int = 1) -> bytes:
-    """CoreWorkload.buildKeyName."""
-    v = fnvhash64(keynum) if hashed else keynum
-    return (prefix + str(v).zfill(zeropadding)).encode()
+def key_name(keynum: int, hashed: bool = True, zeropadding: int = 1) -> bytes:
+    """CoreWorkload.buildKeyName: ``"user"`` + the (hashed) number, zero-padded to ``zeropadding``."""
+    return key_names(np.array([keynum]), hashed, zeropadding)[0]
 
 
-def key_names(keynums: np.ndarray, hashed: bool = True, prefix: str = "user") -> list[bytes]:
+def key_names(keynums: np.ndarray, hashed: bool = True, zeropadding: int = 1) -> list[bytes]:
     vals = fnvhash64_many(np.asarray(keynums, np.int64)) if hashed else np.asarray(keynums, np.int64)
-    p = prefix.encode()
-    return [p + str(v).encode() for v in vals.tolist()]
+    return [b"user" + str(v).zfill(zeropadding).encode() for v in vals.tolist()]

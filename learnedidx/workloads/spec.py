@@ -12,8 +12,11 @@ import numpy as np
 from learnedidx.errors import WorkloadError
 from learnedidx.workloads import generators as gen
 
-READ, UPDATE, INSERT, SCAN, RMW = range(5)
-OP_NAMES = ("READ", "UPDATE", "INSERT", "SCAN", "READ-MODIFY-WRITE")
+READ, UPDATE, INSERT, SCAN, RMW, DELETE = range(6)
+OP_NAMES = ("READ", "UPDATE", "INSERT", "SCAN", "READ-MODIFY-WRITE", "DELETE")
+DISTRIBUTIONS = ("uniform", "zipfian", "latest", "hotspot", "exponential", "recent10")
+#: Properties whose YCSB names are not Python identifiers.
+ALIASES = {"exponential.percentile": "exponential_percentile", "exponential.frac": "exponential_frac"}
 BUILTIN = {"A": "workloada", "B": "workloadb", "C": "workloadc", "D": "workloadd", "E": "workloade",
            "F": "workloadf", "D'": "workloadd_prime", "E'": "workloade_prime", "DP": "workloadd_prime",
            "EP": "workloade_prime"}
@@ -56,18 +59,22 @@ class Workload:
     scanproportion: float = 0.0
     readmodifywriteproportion: float = 0.0
     requestdistribution: str = "uniform"
+    minscanlength: int = 1
     maxscanlength: int = 1000
     scanlengthdistribution: str = "uniform"
     fieldcount: int = 10
     fieldlength: int = 100
     insertorder: str = "hashed"
+    zeropadding: int = 1
     zipfianconstant: float = gen.ZIPFIAN_CONSTANT
     hotspotdatafraction: float = 0.2
     hotspotopnfraction: float = 0.8
+    exponential_percentile: float = 95.0
+    exponential_frac: float = 0.8571428571
 
     @classmethod
     def from_properties(cls, props: dict[str, str], overrides: dict[str, str] | None = None) -> "Workload":
-        merged = {**props, **(overrides or {})}
+        merged = {ALIASES.get(k, k): v for k, v in {**props, **(overrides or {})}.items()}
         w = cls()
         for f in cls.__dataclass_fields__.values():
             if f.name in merged:
@@ -79,10 +86,14 @@ class Workload:
         total = w.readproportion + w.updateproportion + w.insertproportion + w.scanproportion + w.readmodifywriteproportion
         if total <= 0:
             raise WorkloadError("operation proportions sum to zero")
-        if w.requestdistribution not in ("uniform", "zipfian", "latest", "hotspot", "exponential", "recent10"):
+        if w.requestdistribution not in DISTRIBUTIONS:
             raise WorkloadError(f"unknown requestdistribution {w.requestdistribution!r}")
+        if w.scanlengthdistribution not in ("uniform", "zipfian", "constant"):
+            raise WorkloadError(f"scanlengthdistribution {w.scanlengthdistribution!r} not allowed for scan length")
         if w.recordcount < 1 or w.operationcount < 0:
             raise WorkloadError("recordcount must be >= 1 and operationcount >= 0")
+        if not 1 <= w.minscanlength <= w.maxscanlength:
+            raise WorkloadError("need 1 <= minscanlength <= maxscanlength")
         return w
 
 
@@ -105,6 +116,7 @@ class KeySpace:
 
     def __init__(self, w: Workload, real_keys: list[bytes] | None = None) -> None:
         self.hashed = w.insertorder == "hashed"
+        self.zeropadding = w.zeropadding
         self.real = real_keys
 
     def names(self, keynums: np.ndarray) -> list[bytes]:
@@ -112,7 +124,7 @@ class KeySpace:
             if len(keynums) and int(np.max(keynums)) >= len(self.real):
                 raise WorkloadError(f"the key file has {len(self.real)} keys; the workload needs more")
             return [self.real[i] for i in np.asarray(keynums).tolist()]
-        return gen.key_names(keynums, self.hashed)
+        return gen.key_names(keynums, self.hashed, self.zeropadding)
 
 
 def load_stream(w: Workload, keyspace: KeySpace, seed: int = 0) -> OpStream:
@@ -135,34 +147,44 @@ def run_stream(w: Workload, keyspace: KeySpace, seed: int = 0) -> OpStream:
     # Acknowledged insert counter: the i-th insert gets recordcount + i.
     ins_rank = np.cumsum(inserts) - inserts
     last = w.recordcount + ins_rank  # keys 0..last-1 exist before op i
-    u = rng.random(m)
-    dist = w.requestdistribution
-    if dist == "uniform":
-        k = (u * w.recordcount).astype(np.int64)
-    elif dist == "zipfian":
-        expected_new = int(m * w.insertproportion * 2)
-        k = gen.ScrambledZipfian(0, w.recordcount + expected_new - 1).sample(u)
-        # CoreWorkload.nextKeynum: redraw keys past the last acknowledged insert.
-        bad = k >= last
-        while bad.any():
-            k[bad] = gen.ScrambledZipfian(0, w.recordcount + expected_new - 1).sample(rng.random(int(bad.sum())))
-            bad = k >= last
-    elif dist == "latest":
-        k = gen.skewed_latest(u, last.astype(np.int64), w.zipfianconstant)
-    elif dist == "hotspot":
-        k = gen.hotspot(u, rng.random(m), 0, w.recordcount - 1, w.hotspotdatafraction, w.hotspotopnfraction)
-    elif dist == "exponential":
-        k = np.minimum(gen.exponential(u, w.recordcount), w.recordcount - 1)
-    else:  # recent10 (SIA's D'): one of the last <= 10 inserted keys
-        k = last - 1 - (u * np.minimum(last, 10)).astype(np.int64)
+    k = _keynums(w, rng, last)
     k = np.where(inserts, last, k)
-    if w.scanlengthdistribution == "constant":
+    if w.scanlengthdistribution == "constant":  # this project's shorthand for min = max
         sl = np.full(m, w.maxscanlength, np.int32)
+    elif w.scanlengthdistribution == "zipfian":  # ZipfianGenerator(min, max): short scans favoured
+        sl = gen.Zipfian(w.minscanlength, w.maxscanlength).sample(rng.random(m)).astype(np.int32)
     else:
-        sl = (1 + rng.integers(0, w.maxscanlength, m)).astype(np.int32)
+        sl = rng.integers(w.minscanlength, w.maxscanlength + 1, m).astype(np.int32)
     sl = np.where(ops == SCAN, sl, 0).astype(np.int32)
     pool = rng.bytes(1 << 16)
     size = w.fieldcount * w.fieldlength
     values = [value_for(int(kk), i + 1, size, pool) if o in (UPDATE, INSERT, RMW) else None
               for i, (o, kk) in enumerate(zip(ops.tolist(), k.tolist()))]
     return OpStream(ops, keyspace.names(k), sl, values)
+
+
+def _keynums(w: Workload, rng: np.random.Generator, last: np.ndarray) -> np.ndarray:
+    """CoreWorkload's key chooser for every operation; ``last[i]`` keys exist before op i
+    (the acknowledged-insert counter).  As in ``nextKeynum``, a key past the last acknowledged
+    insert (or below 0 for ``exponential``) is redrawn."""
+    m, rc = len(last), w.recordcount
+    if w.requestdistribution == "latest":
+        return gen.skewed_latest(rng.random(m), last, w.zipfianconstant)
+    if w.requestdistribution == "recent10":  # SIA's D': one of the last <= 10 inserted keys
+        return last - 1 - (rng.random(m) * np.minimum(last, 10)).astype(np.int64)
+
+    def sample(idx: np.ndarray) -> np.ndarray:
+        u = rng.random(len(idx))
+        if w.requestdistribution == "uniform":
+            return (u * rc).astype(np.int64)
+        if w.requestdistribution == "zipfian":
+            # Sized for the expected inserts (x2 fudge factor), bounds inclusive as in YCSB.
+            return gen.ScrambledZipfian(0, rc + int(w.operationcount * w.insertproportion * 2.0)).sample(u)
+        if w.requestdistribution == "hotspot":
+            return gen.hotspot(u, rng.random(len(idx)), 0, rc - 1, w.hotspotdatafraction, w.hotspotopnfraction)
+        return last[idx] - 1 - gen.exponential(u, rc, w.exponential_percentile, w.exponential_frac)
+
+    k = sample(np.arange(m))
+    while (bad := np.flatnonzero((k >= last) | (k < 0))).size:
+        k[bad] = sample(bad)
+    return k

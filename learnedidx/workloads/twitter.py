@@ -9,12 +9,12 @@ import io
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
 from learnedidx.errors import TraceFormatError, WorkloadError
-from learnedidx.workloads.spec import INSERT, READ, OpStream
+from learnedidx.workloads.spec import DELETE, INSERT, READ, OpStream
 
 OP_READ, OP_WRITE, OP_DELETE = "read", "write", "delete"
 OPERATIONS = {
@@ -45,10 +45,12 @@ def _open_text(path: Path) -> io.BufferedReader:
     return open(path, "rb")
 
 
-def read_trace(path: str | Path, *, on_error: str = "raise") -> Iterator[Request]:
+def read_trace(path: str | Path, *, on_error: str = "raise",
+               on_skip: Callable[[int, str], None] | None = None) -> Iterator[Request]:
     """Stream the requests of a trace file (plain or ``.zst``) in constant memory.
 
-    ``on_error``: ``"raise"`` (TraceFormatError with the line number) or ``"skip"``.
+    A malformed line raises TraceFormatError with its line number (``on_error="raise"``) or,
+    with ``on_error="skip"``, is skipped and reported as ``on_skip(lineno, reason)``.
     """
     if on_error not in ("raise", "skip"):
         raise ValueError("on_error must be 'raise' or 'skip'")
@@ -63,6 +65,8 @@ def read_trace(path: str | Path, *, on_error: str = "raise") -> Iterator[Request
             except (ValueError, IndexError) as exc:
                 if on_error == "raise":
                     raise TraceFormatError(lineno, f"{exc}: {line[:80]!r}") from None
+                if on_skip is not None:
+                    on_skip(lineno, f"{exc}: {line[:80]!r}")
 
 
 def _parse(line: bytes) -> Request:
@@ -188,24 +192,24 @@ def generate(stats: ClusterStats, n_requests: int, out: str | Path, seed: int = 
 
 
 def replay_streams(path: str | Path, load_requests: int, *, on_error: str = "skip",
+                   on_skip: Callable[[int, str], None] | None = None,
                    max_value: int = 4096) -> tuple[OpStream, OpStream]:
     """(load, run): the distinct keys of the first ``load_requests`` requests, then the rest.
 
     Writes become inserts of a value of the request's size (capped at ``max_value``), reads
-    become reads; deletes are carried as inserts of an empty value marker is *not* done:
-    they are dropped from the stream and counted by the caller via ``read_trace``.
+    reads and deletes deletes.  ``on_error``/``on_skip`` as for :func:`read_trace`.
     """
     load_keys: dict[bytes, int] = {}
     ops, keys, vals = [], [], []
     pool = np.random.default_rng(0).bytes(max_value + 1)
-    for n, req in enumerate(read_trace(path, on_error=on_error)):
+    kinds = {OP_READ: READ, OP_WRITE: INSERT, OP_DELETE: DELETE}
+    for n, req in enumerate(read_trace(path, on_error=on_error, on_skip=on_skip)):
         if n < load_requests:
             load_keys.setdefault(req.key, min(req.value_size, max_value))
             continue
-        if req.kind == OP_READ:
-            ops.append(READ); keys.append(req.key); vals.append(None)
-        elif req.kind == OP_WRITE:
-            ops.append(INSERT); keys.append(req.key); vals.append(pool[:min(req.value_size, max_value)])
+        ops.append(kinds[req.kind])
+        keys.append(req.key)
+        vals.append(pool[:min(req.value_size, max_value)] if req.kind == OP_WRITE else None)
     lk = list(load_keys)
     load = OpStream(np.full(len(lk), INSERT, np.int8), lk, np.zeros(len(lk), np.int32),
                     [pool[:load_keys[k]] for k in lk])

