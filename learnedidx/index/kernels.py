@@ -289,6 +289,22 @@ def search_many(arena, offsets, heads, gint, coef, qarena, qoffsets, exact):
     return out
 
 
+# Single-key entry points for Python's per-operation API hold the GIL on purpose: a
+# sub-microsecond call that releases it hands the interpreter to any runnable thread (the
+# background merger, say) and waits up to its switch interval to get it back, which cut
+# per-op lookups from ~950k/s to ~200k/s beside one busy thread.  Loops stay nogil.
+@njit(cache=True)
+def find_one_gil(arena, offsets, heads, gint, coef, q) -> int:
+    """:func:`find_one`, holding the GIL (see above)."""
+    return find_one(arena, offsets, heads, gint, coef, q)
+
+
+@njit(cache=True)
+def seek_gil(arena, offsets, heads, gint, coef, q) -> int:
+    """:func:`seek`, holding the GIL (see above)."""
+    return seek(arena, offsets, heads, gint, coef, q)
+
+
 def entry_point(dispatcher, *example_args):
     """``dispatcher``'s compiled entry point for the types of ``example_args``.
 

@@ -50,7 +50,7 @@ def _point_kernels() -> tuple:
     (read-only uint8), offsets, heads, gint, coef, and the query as ``bytes``."""
     ex = (np.frombuffer(b"k", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.int64),
           np.zeros((1, K.G_COLS), np.int64), np.zeros((1, 2)), b"k")
-    return K.entry_point(K.find_one, *ex), K.entry_point(K.seek, *ex)
+    return K.entry_point(K.find_one_gil, *ex), K.entry_point(K.seek_gil, *ex)
 
 
 @dataclass
