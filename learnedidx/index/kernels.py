@@ -251,9 +251,40 @@ def seek(arena, offsets, heads, gint, coef, q) -> int:
 
 
 @njit(cache=True, nogil=True)
+def _radix_order(qh):
+    """An order of ``qh`` sorted on its 24 most significant varying bits (two counting-sort
+    passes of 12 bits): exact enough for cache locality, 15x cheaper than ``argsort``."""
+    m = qh.shape[0]
+    diff = np.int64(0)
+    for i in range(m):
+        diff |= qh[i] ^ qh[0]
+    top = -1  # highest bit in which any two heads differ
+    while diff != 0:
+        diff = (diff >> np.int64(1)) & np.int64(0x7FFFFFFFFFFFFFFF)
+        top += 1
+    shift = max(top + 1 - 24, 0)
+    order = np.arange(m)
+    tmp = np.empty(m, np.int64)
+    for p in range(2):
+        sh = shift + 12 * p
+        start = np.zeros(4097, np.int64)
+        for i in range(m):
+            start[((qh[i] >> sh) & 4095) + 1] += 1
+        for d in range(4096):
+            start[d + 1] += start[d]
+        for t in range(m):
+            i = order[t]
+            d = (qh[i] >> sh) & 4095
+            tmp[start[d]] = i
+            start[d] += 1
+        order, tmp = tmp, order
+    return order
+
+
+@njit(cache=True, nogil=True)
 def _sorted_queries(qarena, qoffsets):
-    """A batch's queries ordered by their first 8 bytes: ``(order, arena, offsets)`` with
-    query ``order[t]`` at position t of the new arena.
+    """A batch's queries ordered (roughly) by their first 8 bytes: ``(order, arena,
+    offsets)`` with query ``order[t]`` at position t of the new arena.
 
     Answering in this order makes consecutive searches touch neighbouring groups and cache
     lines, and the copy keeps the queries' own bytes sequential too (together about twice
@@ -262,7 +293,7 @@ def _sorted_queries(qarena, qoffsets):
     qh = np.empty(m, np.int64)
     for i in range(m):
         qh[i] = head(qarena, qoffsets[i], qoffsets[i + 1])
-    order = np.argsort(qh)
+    order = _radix_order(qh)
     sa = np.empty(qoffsets[m] - qoffsets[0], np.uint8)
     so = np.empty(m + 1, np.int64)
     so[0] = 0

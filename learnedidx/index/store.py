@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 _TOMB = object()  # delta-buffer marker of a deleted key
 _MISSING = object()
+_BATCH_CHUNK = 2048  # keys per pass when packing a batch (see Store._as_batch)
 
 
 @functools.cache
@@ -275,15 +276,26 @@ class Store:
         if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
             keys = keys.tolist()  # numpy 'S' items lose trailing NUL bytes
         klist = keys if isinstance(keys, list) else list(keys)
-        if klist and set(map(type, klist)) != {bytes}:
-            klist = [self._key(k) for k in klist]
-        lens = np.fromiter(map(len, klist), np.int64, len(klist))
+        # Cache-sized chunks: each key object is touched by three passes (type, length,
+        # copy), which then hit the cache instead of memory (half the cost on big batches).
+        arenas, lens_parts = [], []
+        checked: list[bytes] | None = None  # klist with non-bytes keys converted, once one is seen
+        for s in range(0, len(klist), _BATCH_CHUNK):
+            chunk = klist[s:s + _BATCH_CHUNK]
+            if set(map(type, chunk)) != {bytes}:
+                chunk = [self._key(k) for k in chunk]
+                checked = klist[:s] if checked is None else checked
+            if checked is not None:
+                checked.extend(chunk)
+            lens_parts.append(np.fromiter(map(len, chunk), np.int64, len(chunk)))
+            arenas.append(b"".join(chunk))
+        lens = np.concatenate(lens_parts) if lens_parts else np.zeros(0, np.int64)
         if len(lens) and (lens.min() < 1 or lens.max() > self.max_key_len):
             bad = int(lens.min()) if lens.min() < 1 else int(lens.max())
             raise KeyLengthError(f"key length {bad} outside 1..{self.max_key_len} bytes")
         offsets = np.zeros(len(klist) + 1, np.int64)
         np.cumsum(lens, out=offsets[1:])
-        return KeyBatch(np.frombuffer(b"".join(klist), np.uint8), offsets), klist
+        return KeyBatch(np.frombuffer(b"".join(arenas), np.uint8), offsets), klist if checked is None else checked
 
     def get_many(self, keys: Any) -> list:
         """Values of many keys (None where absent); the index search runs in one Numba call.

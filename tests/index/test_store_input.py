@@ -64,3 +64,19 @@ def test_closed_store():
         s.get(b"k")
     with pytest.raises(StoreClosedError):
         s.put(b"k", b"v")
+
+
+def test_batches_mixing_key_types_across_chunks(db):
+    # Batches are packed in chunks of 2,048 keys: str and bytearray keys anywhere in a
+    # long batch are converted, and a bad key anywhere is refused before anything is written.
+    keys = [b"k%05d" % i for i in range(5000)]
+    mixed = list(keys)
+    mixed[10], mixed[3000], mixed[4999] = "k00010", bytearray(b"k03000"), memoryview(b"k04999")
+    db.put_many(mixed, keys)
+    assert db.get_many(mixed) == keys
+    assert len(db) == 5000
+    with pytest.raises(learnedidx.errors.KeyTypeError):
+        db.put_many(keys[:4096] + [1234], [b"v"] * 4097)
+    with pytest.raises(learnedidx.errors.KeyLengthError):
+        db.get_many(keys[:4100] + [b""])
+    assert db.get(b"k00001") == b"k00001"
