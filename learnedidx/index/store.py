@@ -427,8 +427,8 @@ class Store:
     def put(self, key: Any, value: Any) -> None:
         """Insert or update ``key``; durable per the sync policy when this returns."""
         self._check_open()
-        k = self._key(key)
-        v = self._value(value)
+        k = key if type(key) is bytes and 0 < len(key) <= self.max_key_len else self._key(key)
+        v = value if type(value) is bytes else self._value(value)
         with self._wlock:
             self._check_open()
             if self._dur is not None:
@@ -486,7 +486,7 @@ class Store:
         return self._regroup(st)
 
     def _after_write(self) -> None:
-        if self.retrain_mode == "inline":
+        if self.retrain_mode == "inline":  # background and off: nothing to do here
             st = self._st
             if max(st.counts) >= self.buffer_threshold or len(st.buf) >= 64 * self.buffer_threshold:
                 self._merge()
