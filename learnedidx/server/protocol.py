@@ -67,24 +67,40 @@ def write_frame(sock: socket.socket, obj: dict) -> None:
 
 
 def shm_names(refs: dict) -> list[str]:
-    return [r["shm"] for r in refs.values()]
+    return sorted({r["shm"] for r in refs.values()})
+
+
+ALIGN = 64  #: byte alignment of each array inside a segment
 
 
 def export_arrays(arrays: dict[str, np.ndarray]) -> tuple[dict, list[Path]]:
-    """Write ``arrays`` into one new shared-memory file each; returns (refs, paths to unlink)."""
-    refs, paths = {}, []
+    """Write ``arrays`` into one new shared-memory segment (each at an aligned offset);
+    returns (refs, paths to unlink).  One segment per message keeps the system calls — and
+    the GIL hand-offs around them — few."""
+    if not arrays:
+        return {}, []
+    shm = f"{SHM_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
+    path = SHM_DIR / shm
+    refs, parts, offset = {}, [], 0
     for name, a in arrays.items():
         a = np.ascontiguousarray(a)
-        shm = f"{SHM_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
-        path = SHM_DIR / shm
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, a.tobytes()) if a.nbytes else None
-        finally:
-            os.close(fd)
-        refs[name] = {"shm": shm, "dtype": a.dtype.str, "shape": list(a.shape), "offset": 0}
-        paths.append(path)
-    return refs, paths
+        refs[name] = {"shm": shm, "dtype": a.dtype.str, "shape": list(a.shape), "offset": offset}
+        parts.append((offset, a))
+        offset += -(-a.nbytes // ALIGN) * ALIGN
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, offset)
+        for off, a in parts:
+            view = memoryview(a.reshape(-1).view(np.uint8))
+            while len(view):
+                n = os.pwrite(fd, view, off)
+                view, off = view[n:], off + n
+    except BaseException:
+        os.close(fd)
+        unlink([path])
+        raise
+    os.close(fd)
+    return refs, [path]
 
 
 class TooLargeError(ProtocolError):
@@ -94,34 +110,46 @@ class TooLargeError(ProtocolError):
 
 
 def import_arrays(refs: dict, max_bytes: int | None = None) -> dict[str, np.ndarray]:
-    """Copy the arrays named by ``refs`` out of shared memory; ProtocolError on a bad ref,
-    TooLargeError when together they exceed ``max_bytes``."""
-    out = {}
+    """The arrays named by ``refs``, copied out of shared memory (one read per segment);
+    ProtocolError on a bad ref, TooLargeError when together they exceed ``max_bytes``."""
     if not isinstance(refs, dict):
         raise ProtocolError("arrays must be an object of refs")
     total = 0
+    checked: list[tuple[str, str, np.dtype, tuple[int, ...], int, int]] = []
     for name, r in refs.items():
         try:
             shm, dtype, shape, offset = r["shm"], np.dtype(r["dtype"]), tuple(int(x) for x in r["shape"]), int(r.get("offset", 0))
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProtocolError(f"bad array ref {name!r}: {exc}") from None
         if not isinstance(shm, str) or not shm.startswith(SHM_PREFIX) or "/" in shm or dtype.hasobject:
             raise ProtocolError(f"bad shared-memory name or dtype for {name!r}")
         if any(s < 0 for s in shape) or offset < 0:
             raise ProtocolError(f"bad shape/offset for {name!r}")
-        count = math.prod(shape)  # Python ints: no overflow for absurd shapes
-        total += count * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow for absurd shapes
+        total += nbytes
         if max_bytes is not None and total > max_bytes:
             raise TooLargeError(f"arrays of {total} bytes exceed the limit of {max_bytes}")
-        path = SHM_DIR / shm
+        checked.append((name, shm, dtype, shape, offset, nbytes))
+    segments: dict[str, bytearray] = {}
+    for shm in {c[1] for c in checked}:
+        need = max(c[4] + c[5] for c in checked if c[1] == shm)
         try:
-            size = path.stat().st_size
+            with open(SHM_DIR / shm, "rb", buffering=0) as f:
+                size = os.fstat(f.fileno()).st_size
+                if need > size:
+                    raise ProtocolError(f"arrays in {shm} need {need} bytes; the segment has {size}")
+                buf = bytearray(need)
+                view, got = memoryview(buf), 0
+                while got < need:
+                    n = f.readinto(view[got:])
+                    if not n:
+                        raise ProtocolError(f"segment {shm} shrank while being read")
+                    got += n
         except FileNotFoundError:
             raise ProtocolError(f"shared memory {shm} does not exist") from None
-        if offset + count * dtype.itemsize > size:
-            raise ProtocolError(f"array {name!r} needs {offset + count * dtype.itemsize} bytes; segment has {size}")
-        out[name] = np.fromfile(path, dtype=dtype, count=count, offset=offset).reshape(shape)
-    return out
+        segments[shm] = buf
+    return {name: np.frombuffer(segments[shm], dtype, math.prod(shape), offset).reshape(shape)
+            for name, shm, dtype, shape, offset, _ in checked}
 
 
 def unlink(paths) -> None:

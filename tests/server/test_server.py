@@ -242,3 +242,24 @@ def test_cli_start_foreground_and_daemon_status_stop(tmp_path):
     assert not os.path.exists(sock) and not os.path.exists(sock + ".pid")
     with pytest.raises(ServerUnavailableError):
         Client(sock, timeout=2).call("health")
+
+
+def test_arrays_of_one_message_share_one_segment():
+    from learnedidx.errors import ProtocolError
+
+    arrays = {"A": np.arange(12.0).reshape(4, 3), "empty": np.zeros((0, 3)), "i": np.arange(5, dtype=np.int16),
+              "f": np.float32([1.5, -2.0])}
+    refs, paths = P.export_arrays(arrays)
+    try:
+        assert len(paths) == 1 and len(P.shm_names(refs)) == 1
+        assert all(r["offset"] % P.ALIGN == 0 for r in refs.values())
+        back = P.import_arrays(refs)
+        for k, a in arrays.items():
+            assert back[k].dtype == a.dtype and np.array_equal(back[k], a)
+        with pytest.raises(P.TooLargeError):
+            P.import_arrays(refs, max_bytes=64)
+        with pytest.raises(ProtocolError):
+            P.import_arrays({"A": {**refs["A"], "offset": 1 << 20}})
+    finally:
+        P.unlink(paths)
+    assert P.export_arrays({}) == ({}, [])
