@@ -69,11 +69,15 @@ def test_bad_dsl_rejected(src):
 
 def test_cycle_model_sanity():
     from learnedidx.accel.engine_model import modelled_cycles
+    from learnedidx.indb import dsl
 
-    base = modelled_cycles("logregr", 10_000, 54, 1, units=4)
-    assert modelled_cycles("logregr", 10_000, 54, 1, units=8) < base
-    assert modelled_cycles("logregr", 20_000, 54, 1, units=4) > base
-    assert modelled_cycles("logregr", 10_000, 100, 1, units=4) > base
+    newton, sgd = dsl.builtin("logregr").cost, dsl.builtin("svm").cost
+    assert newton.matrix_ops and newton.solve and newton.nonlinear and not sgd.matrix_ops
+    base = modelled_cycles(newton, 10_000, 54, 1, units=4)
+    assert modelled_cycles(newton, 10_000, 54, 1, units=8) < base
+    assert modelled_cycles(newton, 20_000, 54, 1, units=4) > base
+    assert modelled_cycles(newton, 10_000, 100, 1, units=4) > base
+    assert modelled_cycles(sgd, 10_000, 54, 1, units=4) < base  # no d² accumulation
 
 
 USER_LOGREGR = '''
@@ -114,3 +118,36 @@ def test_dsl_merge_sum_and_checked_settings():
         engine.train(alg, {"X": X, "y": y.astype(float)}, {"schedule": "cosine"})
     with pytest.raises(InDBError, match="epochs must be int"):
         engine.train(alg, {"X": X, "y": y.astype(float)}, {"epochs": "many"})
+
+
+def test_builtins_are_dsl_and_user_accumulators_match_them():
+    from learnedidx.indb import dsl
+    from learnedidx.indb.dsl.builtins import SOURCES
+
+    assert {dsl.builtin(a).form for a in engine.ALGORITHMS} == {"accumulate", "sgd", "factor"}
+    X, y = load_diabetes(return_X_y=True)
+    user = engine.register_algorithm("user_linregr", SOURCES["linregr"])  # a built-in's source, as a user's
+    a = engine.train(user, {"X": X, "y": y}, threads=3)
+    b = engine.train("linregr", {"X": X, "y": y}, threads=2)
+    np.testing.assert_allclose(a.model["coef"], b.model["coef"], rtol=1e-9)
+    assert a.modelled_seconds > 0 and a.iterations == 1
+
+
+@pytest.mark.parametrize("src,match", [
+    ("def acc_s(w, x, y):\n    return dot(w, x)\n", "update"),
+    ("def acc_s(w, x, y):\n    return 1.0\ndef update(w, t):\n    return w\n", "update takes"),
+    ("def gradient(w, x, y):\n    return solve(x, x)\n", "update only"),
+    ("def gradient_u(u, v, y):\n    return v\n", "factor"),
+    ("def gradient(w, x, y):\n    return x\ndef update(w):\n    return w\n", "accumulators"),
+])
+def test_bad_dsl_shapes_rejected(src, match):
+    with pytest.raises(InDBError, match=match):
+        engine.register_algorithm("bad_shape", src)
+
+
+def test_update_must_return_the_model():
+    X, y = load_diabetes(return_X_y=True)
+    alg = engine.register_algorithm("bad_update", "def acc_s(w, x, y):\n    return y\n"
+                                    "def update(w, s, n):\n    return s / n\n")
+    with pytest.raises(InDBError, match="update must return the model"):
+        engine.train(alg, {"X": X, "y": y})

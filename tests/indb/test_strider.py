@@ -222,3 +222,17 @@ def test_page_decoder_property(pg, rows, delete_every, pad):
         db.execute("DELETE FROM h WHERE id %% %s = 0" % delete_every)
     check(ci, "h", "y", ["i", "z"], array=False)
     check(ci, "h", "z", ["v"], array=True)
+
+
+def test_copy_stream_parser_any_chunking():
+    """COPY BINARY rows of whole pages land back to back whatever the chunk boundaries."""
+    rng = np.random.default_rng(0)
+    pages = rng.integers(0, 256, (5, strider.PAGE_SIZE), dtype=np.uint8)
+    rows = [pages[:2].tobytes(), pages[2:].tobytes()]
+    stream = (b"PGCOPY\n\xff\r\n\x00" + bytes(8) + b"".join(b"\x00\x01" + len(r).to_bytes(4, "big") + r for r in rows)
+              + b"\xff\xff")
+    for size in (1, 7, 8192, len(stream)):
+        out = np.empty(pages.size, np.uint8)
+        chunks = [stream[i:i + size] for i in range(0, len(stream), size)]
+        assert strider._copy_into(chunks, out) == pages.size
+        assert np.array_equal(out.reshape(pages.shape), pages)

@@ -1,0 +1,77 @@
+"""The four built-in algorithms, written in the DSL (compiled like any user algorithm).
+
+The SQL training functions pass MADlib's parameter names; :data:`ALIASES` in
+:mod:`learnedidx.indb.dsl` maps them onto the settings below.
+"""
+
+LINREGR = '''
+epochs = 1                      # one pass: sum X^T X and X^T y, then solve
+
+def acc_xx(w, x, y):
+    return outer(x, x)
+
+def acc_xy(w, x, y):
+    return y * x
+
+def update(w, xx, xy):
+    return lstsq(xx, xy)
+
+def loss(w, x, y):
+    r = y - dot(w, x)
+    return r * r
+'''
+
+LOGREGR = '''
+epochs = 20                     # Newton (IRLS) iterations
+tolerance = 1e-6
+labels = "binary"
+
+def acc_grad(w, x, y):
+    return (y - sigmoid(dot(w, x))) * x
+
+def acc_hess(w, x, y):
+    p = sigmoid(dot(w, x))
+    return p * (1 - p) * outer(x, x)
+
+def update(w, grad, hess):
+    return w + solve(hess + 1e-10 * eye(len(w)), grad)
+
+def loss(w, x, y):
+    z = dot(w, x)
+    return log1p(exp(-abs(z))) + max(z, 0.0) - y * z
+'''
+
+SVM = '''
+epochs = 30                     # Pegasos-style SGD on the hinge loss, model averaging
+learning_rate = 0.1
+schedule = "inverse"            # lr / (1 + lr * l2 * t)
+l2 = 1e-4
+labels = "signed"
+
+def gradient(w, x, y):
+    return (-y if y * dot(w, x) < 1 else 0.0) * x
+
+def loss(w, x, y):
+    return max(0.0, 1 - y * dot(w, x))
+'''
+
+LMF = '''
+epochs = 50                     # SGD over (row, col, value), factor matrices averaged
+learning_rate = 0.01
+schedule = "constant"
+l2 = 0.01
+rank = 10
+init_scale = 0.1
+
+def gradient_u(u, v, y):
+    return (dot(u, v) - y) * v
+
+def gradient_v(u, v, y):
+    return (dot(u, v) - y) * u
+
+def loss(u, v, y):
+    e = y - dot(u, v)
+    return e * e
+'''
+
+SOURCES = {"linregr": LINREGR, "logregr": LOGREGR, "svm": SVM, "lmf": LMF}
