@@ -153,6 +153,9 @@ class Store:
         Training backend name (``cpu``, ``fpga-emu``, ``server``) or instance.
     trainer_options : dict
         Options passed to :func:`learnedidx.index.training.get_backend`.
+    trainer_retry : float
+        After the trainer fails (say the accelerator server died), groups are trained
+        in-process and the trainer is tried again once this many seconds have passed.
     checkpoint_bytes : int
         Log size after which a checkpoint is taken at the next merge.
     """
@@ -171,6 +174,7 @@ class Store:
         retrain_interval: float = 1.0,
         trainer: str | TrainingBackend = "cpu",
         trainer_options: dict | None = None,
+        trainer_retry: float = 30.0,
         checkpoint_bytes: int = 64 << 20,
         full_retrain_fraction: float = 0.1,
     ) -> None:
@@ -195,6 +199,8 @@ class Store:
         self._trainer = trainer if not isinstance(trainer, str) else get_backend(trainer, **(trainer_options or {}))
         self._cpu = self._trainer if getattr(self._trainer, "name", "") == "cpu" else get_backend("cpu")
         self._trainer_failed = False
+        self._trainer_failed_at = 0.0
+        self.trainer_retry = trainer_retry
         self._wlock = threading.RLock()  # serializes writers
         self._mlock = threading.RLock()  # serializes merges (checkpoints run inside merges)
         self._closed = False
@@ -513,16 +519,22 @@ class Store:
                 log.exception("background merge failed")
 
     def _train(self, A: np.ndarray, b: np.ndarray, R_old: np.ndarray | None, A_delta: np.ndarray | None):
-        backend = self._cpu if self._trainer_failed else self._trainer
+        retry = self._trainer_failed and time.monotonic() - self._trainer_failed_at >= self.trainer_retry
+        backend = self._cpu if self._trainer_failed and not retry else self._trainer
+        name = getattr(backend, "name", backend)
         try:
             res = backend.train_full(A, b) if R_old is None else backend.train_incremental(R_old, A_delta, A, b)
+            if retry:
+                log.warning("training backend %s answers again; offloading training to it", name)
+                self._trainer_failed = False
         except Exception as exc:
             if backend is self._cpu:
                 raise
             if not self._trainer_failed:
-                log.warning("training backend %s failed (%s); training in-process from now on",
-                            getattr(backend, "name", backend), exc)
+                log.warning("training backend %s failed (%s); training in-process, retrying it every %g s",
+                            name, exc, self.trainer_retry)
             self._trainer_failed = True
+            self._trainer_failed_at = time.monotonic()
             res = self._cpu.train_full(A, b) if R_old is None else self._cpu.train_incremental(R_old, A_delta, A, b)
         coef = np.asarray(res.coef, np.float64)
         if not np.all(np.isfinite(coef)):  # never trust a device blindly: retrain on the host

@@ -125,3 +125,31 @@ def test_server_killed_during_ycsb_run_loses_no_acknowledged_write(tmp_path, cap
             assert db.stats()["trainer_failed"] is False and db[b"after-restart"] == b"x"
     finally:
         proc.stop()
+
+
+def test_store_offloads_again_once_a_restarted_server_answers(tmp_path, caplog):
+    sock = str(tmp_path / "r.sock")
+    proc = spawn(sock, backend="cpu")
+    keys = [b"key%06d" % (i * 37 % 10007) for i in range(3000)]
+    try:
+        with learnedidx.open(retrain="off", group_size=128, trainer="server", trainer_retry=0.2,
+                             trainer_options={"socket": sock, "timeout": 5}) as db:
+            db.put_many(keys[:1000], keys[:1000])
+            proc.kill()
+            for k in keys[1000:2000]:
+                db.put(k, k)
+            db.retrain_now()
+            assert db.stats()["trainer_failed"] is True
+            proc = spawn(sock, backend="cpu")
+            time.sleep(0.3)
+            for k in keys[2000:]:
+                db.put(k, k)
+            db.retrain_now()
+            assert db.stats()["trainer_failed"] is False
+            with Client(sock) as c:
+                assert c.call("stats")[0]["device"]["jobs"] > 0  # the restarted server trained
+            assert db.get_many(keys) == keys
+        msgs = [r.getMessage() for r in _fallback_warnings(caplog)]
+        assert len(msgs) == 2 and "failed" in msgs[0] and "answers again" in msgs[1]
+    finally:
+        proc.stop()
