@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import threading
@@ -365,26 +366,42 @@ class Store:
     def scan(self, start_key: Any, count: int) -> list[tuple[bytes, bytes]]:
         """Up to ``count`` (key, value) pairs with key >= ``start_key``, in key order."""
         self._check_open()
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise TypeError(f"count must be an int, not {type(count).__name__}")
         if count < 0:
             raise ValueError("count must be >= 0")
-        out = []
         if count == 0:
-            return out
+            return []
         st = self._st
         k = self._key(start_key)
         i = int(st.seek(k))
-        e = min(st.nkeys(), i + count)
-        first_buffered = next(iter(st.buf.irange(minimum=k)), None) if st.buf else None
-        if e - i == count and (first_buffered is None or first_buffered > st.key(e - 1)):
-            # No buffered write in the range: slice the merged arrays directly.
-            ol = st.offsets[i:e + 1].tolist()
-            ab = st.ab
-            return list(zip([ab[ol[j]:ol[j + 1]] for j in range(count)], st.values[i:e]))
-        for item in self._iter_from(st, k, None):
-            out.append(item)
-            if len(out) >= count:
-                break
-        return out
+        n = st.nkeys()
+        e = min(n, i + count)
+        ol = st.offsets[i:e + 1].tolist()
+        ab = st.ab
+        keys = [ab[ol[j]:ol[j + 1]] for j in range(e - i)]
+        vals = st.values[i:e]
+        if not st.buf:
+            return list(zip(keys, vals))
+        # Fold in the buffered writes up to the slice's last key (usually a few) by bisection.
+        last = keys[-1] if e - i == count else None
+        limit = 2 * count + 16
+        pending = list(itertools.islice(st.buf.irange(minimum=k, maximum=last), limit))
+        for bk in pending:
+            v = st.buf.get(bk, _TOMB)
+            j = bisect.bisect_left(keys, bk)
+            if j < len(keys) and keys[j] == bk:
+                if v is _TOMB:
+                    del keys[j], vals[j]
+                else:
+                    vals[j] = v
+            elif v is not _TOMB:
+                keys.insert(j, bk)
+                vals.insert(j, v)
+        if len(keys) >= count or (e == n and len(pending) < limit):
+            return list(zip(keys[:count], vals[:count]))
+        # Deletes emptied part of the slice: walk on through the merged keys and the buffer.
+        return list(itertools.islice(self._iter_from(st, k, None), count))
 
     def scan_many(self, start_keys: Any, count: int) -> list[list[tuple[bytes, bytes]]]:
         """:meth:`scan` for many start keys (the seeks run in one Numba call)."""

@@ -272,3 +272,29 @@ def test_groups_whose_feature_length_grows_are_cut_again():
         assert db.stats()["splits"] > 0 and db.stats()["groups"] > 8
         assert list(db) == sorted(ks + extra)
         assert db.get_many(extra) == extra
+
+
+def test_scans_fold_buffered_inserts_updates_and_deletes():
+    ks = [b"s%05d" % i for i in range(0, 4000, 2)]
+    ref = dict.fromkeys(ks, b"old")
+    with learnedidx.open(retrain="off", group_size=256) as db:
+        db.put_many(ks, [b"old"] * len(ks))
+        for i in range(1, 400, 2):  # buffered inserts between merged keys
+            db.put(b"s%05d" % i, b"ins")
+            ref[b"s%05d" % i] = b"ins"
+        for i in range(100, 300, 4):  # buffered updates
+            db.put(b"s%05d" % i, b"upd")
+            ref[b"s%05d" % i] = b"upd"
+        for i in range(1000, 1600, 2):  # a run of deletes longer than the scans below
+            db.delete(b"s%05d" % i)
+            del ref[b"s%05d" % i]
+        for i in (4001, 4003, 5000):  # buffered keys past the last merged key
+            db.put(b"s%05d" % i, b"tail")
+            ref[b"s%05d" % i] = b"tail"
+        sk = sorted(ref)
+        for start in (b"s", b"s00050", b"s00099", b"s00990", b"s01200", b"s03990", b"s04002", b"s9"):
+            j = bisect.bisect_left(sk, start)
+            for n in (1, 10, 100):
+                assert db.scan(start, n) == [(x, ref[x]) for x in sk[j:j + n]]
+        with pytest.raises(TypeError):
+            db.scan(b"s", 2.5)
