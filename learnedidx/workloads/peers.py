@@ -119,28 +119,44 @@ class OOBTreeAdapter(Adapter):
 
 
 class SortedListAdapter(Adapter):
-    """A plain sorted list + bisect, with a dict for values."""
+    """A plain sorted list + bisect: keys and values in two aligned Python lists."""
 
     name = "sortedlist"
 
     def __init__(self) -> None:
         self.keys: list = []
-        self.vals: dict = {}
-        self.get = self.vals.get
+        self.vals: list = []
+
+    def get(self, k):
+        keys = self.keys
+        i = bisect.bisect_left(keys, k)
+        return self.vals[i] if i < len(keys) and keys[i] == k else None
 
     def put(self, k, v):
-        if k not in self.vals:
-            bisect.insort(self.keys, k)
-        self.vals[k] = v
+        keys = self.keys
+        i = bisect.bisect_left(keys, k)
+        if i < len(keys) and keys[i] == k:
+            self.vals[i] = v
+        else:
+            keys.insert(i, k)
+            self.vals.insert(i, v)
+
+    def put_many(self, keys, values):
+        if self.keys:
+            return super().put_many(keys, values)
+        d = dict(zip(keys, values))  # a load into an empty list: one sort, later values win
+        self.keys = sorted(d)
+        self.vals = [d[k] for k in self.keys]
 
     def delete(self, k):
-        if self.vals.pop(k, None) is not None:
-            del self.keys[bisect.bisect_left(self.keys, k)]
+        keys = self.keys
+        i = bisect.bisect_left(keys, k)
+        if i < len(keys) and keys[i] == k:
+            del keys[i], self.vals[i]
 
     def scan(self, k, n):
         i = bisect.bisect_left(self.keys, k)
-        vals = self.vals
-        return [(x, vals[x]) for x in self.keys[i:i + n]]
+        return list(zip(self.keys[i:i + n], self.vals[i:i + n]))
 
 
 class LmdbAdapter(Adapter):
