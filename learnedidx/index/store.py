@@ -201,6 +201,7 @@ class Store:
         self._cpu = self._trainer if getattr(self._trainer, "name", "") == "cpu" else get_backend("cpu")
         self._trainer_failed = False
         self._trainer_failed_at = 0.0
+        self._inplace: list[bytes] | None = None  # keys updated in place while a merge runs
         self.trainer_retry = trainer_retry
         self._wlock = threading.RLock()  # serializes writers
         self._mlock = threading.RLock()  # serializes merges (checkpoints run inside merges)
@@ -434,9 +435,20 @@ class Store:
 
     # ------------------------------------------------------------------ writes
     def _apply(self, k: bytes, v: Any) -> None:
-        """Apply one write to the delta buffer (writer lock held)."""
+        """Apply one write (writer lock held): an update of a merged key in place, anything
+        else to the delta buffer."""
         st = self._st
-        old = self._lookup(st, k)
+        old = st.buf.get(k, _MISSING)
+        if old is _MISSING:
+            i = st.find(k)
+            if i >= 0 and v is not _TOMB:
+                # The key set does not change, so nothing needs merging or retraining. A merge
+                # running meanwhile may already have copied this slot: it re-applies the log.
+                st.values[i] = v
+                if self._inplace is not None:
+                    self._inplace.append(k)
+                return
+            old = st.values[i] if i >= 0 else _TOMB
         if v is _TOMB:
             if old is _TOMB:
                 return
@@ -605,8 +617,19 @@ class Store:
                     if not dirty and len(st.buf) >= 64 * self.buffer_threshold:
                         dirty = {g for g, c in enumerate(st.counts) if c > 0}
                 snap = dict(st.buf)  # frozen copy of what this merge folds in
-            new = self._build(st, snap, dirty)
+                self._inplace = []
+            try:
+                new = self._build(st, snap, dirty)
+            except BaseException:
+                with self._wlock:
+                    self._inplace = None
+                raise
             with self._wlock:
+                for k in self._inplace:  # in-place updates made while _build copied the values
+                    i, j = new.find(k), self._st.find(k)
+                    if i >= 0 and j >= 0:
+                        new.values[i] = self._st.values[j]
+                self._inplace = None
                 live = self._st.buf
                 carried = SortedDict()
                 for k, v in live.items():

@@ -298,3 +298,27 @@ def test_scans_fold_buffered_inserts_updates_and_deletes():
                 assert db.scan(start, n) == [(x, ref[x]) for x in sk[j:j + n]]
         with pytest.raises(TypeError):
             db.scan(b"s", 2.5)
+
+
+def test_updates_in_place_are_not_lost_to_concurrent_merges():
+    # Updates of merged keys are written in place; inserts keep the background merger busy
+    # rebuilding the arrays meanwhile. Every key must end with its last value.
+    ks = [b"u%06d" % i for i in range(0, 40000, 2)]
+    with learnedidx.open(retrain="background", retrain_interval=0.001, buffer_threshold=2, group_size=256) as db:
+        db.put_many(ks, [b"0"] * len(ks))
+        inserted = set()
+        r = 0
+        while db.stats()["merges"] < 6 and r < 300:
+            r += 1
+            for j, k in enumerate(ks):
+                db.put(k, b"%d" % r)
+                if j % 40 == 0:
+                    nk = b"u%06d" % ((4 * j + 2 * r + 1) % 40000)  # odd: a new key
+                    db.put(nk, b"new")
+                    inserted.add(nk)
+            assert db.get_many(ks[::97]) == [b"%d" % r] * len(ks[::97])
+        db.retrain_now()
+        assert db.stats()["merges"] >= 6 and db.stats()["buffered_writes"] == 0
+        assert db.get_many(ks) == [b"%d" % r] * len(ks)
+        assert db.get_many(sorted(inserted)) == [b"new"] * len(inserted)
+        assert len(db) == len(ks) + len(inserted)
