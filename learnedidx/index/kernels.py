@@ -255,6 +255,8 @@ def _radix_order(qh):
     """An order of ``qh`` sorted on its 24 most significant varying bits (two counting-sort
     passes of 12 bits): exact enough for cache locality, 15x cheaper than ``argsort``."""
     m = qh.shape[0]
+    if m < 2048:  # the radix passes' fixed cost (two 4,096-bucket histograms) would dominate
+        return np.argsort(qh)
     diff = np.int64(0)
     for i in range(m):
         diff |= qh[i] ^ qh[0]

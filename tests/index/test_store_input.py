@@ -80,3 +80,15 @@ def test_batches_mixing_key_types_across_chunks(db):
     with pytest.raises(learnedidx.errors.KeyLengthError):
         db.get_many(keys[:4100] + [b""])
     assert db.get(b"k00001") == b"k00001"
+
+
+def test_small_batches_check_keys_too(db):
+    db.put_many([b"a", "b", bytearray(b"c")], [b"1", b"2", b"3"])
+    assert db.get_many(["a", b"b", memoryview(b"c"), b"zz"]) == [b"1", b"2", b"3", None]
+    with pytest.raises(KeyLengthError):
+        db.get_many([b"a", b""])
+    with pytest.raises(KeyLengthError):
+        db.get_many([b"x" * 65])
+    with pytest.raises(KeyTypeError):
+        db.get_many([b"a", 1])
+    assert db.get_many([]) == []
