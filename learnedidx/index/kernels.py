@@ -311,11 +311,10 @@ def _sorted_queries(qarena, qoffsets):
 def search_many(arena, offsets, heads, gint, coef, qarena, qoffsets, exact):
     """Batched searches inside compiled code, answered in sorted-query order: the index of
     each query key or -1 (``exact``, as :func:`find_one`), else its lower bound (:func:`seek`)."""
+    if gint.shape[0] == 0:
+        return np.full(qoffsets.shape[0] - 1, -1 if exact else 0, np.int64)
     order, sa, so = _sorted_queries(qarena, qoffsets)
     out = np.empty(order.shape[0], dtype=np.int64)
-    if gint.shape[0] == 0:
-        out[:] = -1 if exact else 0
-        return out
     for t in range(order.shape[0]):
         q = sa[so[t]:so[t + 1]]
         out[order[t]] = _in_group(arena, offsets, heads, gint, coef, find_group(arena, offsets, gint, q), q, exact)

@@ -20,6 +20,7 @@ before it started.  Merges build new arrays and swap them in atomically.
 """
 from __future__ import annotations
 
+import array
 import bisect
 import contextlib
 import functools
@@ -284,18 +285,9 @@ class Store:
         if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
             keys = keys.tolist()  # numpy 'S' items lose trailing NUL bytes
         klist = keys if isinstance(keys, list) else list(keys)
-        if len(klist) <= 64:  # small batches: plain Python beats a dozen numpy calls
-            if klist and set(map(type, klist)) != {bytes}:
-                klist = [self._key(k) for k in klist]
-            lens = list(map(len, klist))
-            if lens and (min(lens) < 1 or max(lens) > self.max_key_len):
-                bad = min(lens) if min(lens) < 1 else max(lens)
-                raise KeyLengthError(f"key length {bad} outside 1..{self.max_key_len} bytes")
-            offsets = np.array([0, *itertools.accumulate(lens)], np.int64)
-            return KeyBatch(np.frombuffer(b"".join(klist), np.uint8), offsets), klist
         # Cache-sized chunks: each key object is touched by three passes (type, length,
         # copy), which then hit the cache instead of memory (half the cost on big batches).
-        arenas, lens_parts = [], []
+        arenas, lens = [], array.array("q")
         checked: list[bytes] | None = None  # klist with non-bytes keys converted, once one is seen
         for s in range(0, len(klist), _BATCH_CHUNK):
             chunk = klist[s:s + _BATCH_CHUNK]
@@ -304,14 +296,19 @@ class Store:
                 checked = klist[:s] if checked is None else checked
             if checked is not None:
                 checked.extend(chunk)
-            lens_parts.append(np.fromiter(map(len, chunk), np.int64, len(chunk)))
+            lens.extend(map(len, chunk))
             arenas.append(b"".join(chunk))
-        lens = np.concatenate(lens_parts) if lens_parts else np.zeros(0, np.int64)
-        if len(lens) and (lens.min() < 1 or lens.max() > self.max_key_len):
-            bad = int(lens.min()) if lens.min() < 1 else int(lens.max())
+        if len(lens) <= 64:  # plain Python beats numpy's fixed cost per call on small batches
+            shortest, longest = min(lens, default=1), max(lens, default=1)
+            offsets = np.array([0, *itertools.accumulate(lens)], np.int64)
+        else:
+            lens_np = np.frombuffer(lens, np.int64)
+            shortest, longest = lens_np.min(), lens_np.max()
+            offsets = np.zeros(len(klist) + 1, np.int64)
+            np.cumsum(lens_np, out=offsets[1:])
+        if shortest < 1 or longest > self.max_key_len:
+            bad = int(shortest if shortest < 1 else longest)
             raise KeyLengthError(f"key length {bad} outside 1..{self.max_key_len} bytes")
-        offsets = np.zeros(len(klist) + 1, np.int64)
-        np.cumsum(lens, out=offsets[1:])
         return KeyBatch(np.frombuffer(b"".join(arenas), np.uint8), offsets), klist if checked is None else checked
 
     def get_many(self, keys: Any) -> list:
@@ -526,9 +523,7 @@ class Store:
         d = dict(zip(klist, vlist))
         ks = sorted(d)
         kb = KeyBatch.from_keys(ks)
-        st = _State(kb.arena, kb.offsets, [d[k] for k in ks], np.zeros((0, K.G_COLS), np.int64),
-                    np.zeros((0, self.max_features + 1)), [], [], SortedDict(), [0], len(ks))
-        return self._regroup(st)
+        return self._regroup(self._ungrouped(kb.arena, kb.offsets, [d[k] for k in ks]))
 
     def _after_write(self) -> None:
         if self.retrain_mode == "inline":  # background and off: nothing to do here
@@ -537,9 +532,13 @@ class Store:
                 self._merge()
 
     # ------------------------------------------------------------------ merge & retrain
+    def _ungrouped(self, arena: np.ndarray, offsets: np.ndarray, values: list) -> _State:
+        """Sorted keys and their values with no groups yet (:meth:`_regroup` builds them)."""
+        return _State(arena, offsets, values, np.zeros((0, K.G_COLS), np.int64),
+                      np.zeros((0, self.max_features + 1)), [], [], SortedDict(), [0], len(values))
+
     def _empty_state(self) -> _State:
-        return _State(np.zeros(0, np.uint8), np.zeros(1, np.int64), [], np.zeros((0, K.G_COLS), np.int64),
-                      np.zeros((0, self.max_features + 1)), [], [], SortedDict(), [0], 0)
+        return self._ungrouped(np.zeros(0, np.uint8), np.zeros(1, np.int64), [])
 
     def retrain_now(self) -> None:
         """Merge every buffered write and retrain the groups they touched, synchronously."""
@@ -630,32 +629,29 @@ class Store:
                 self._inplace = []
             try:
                 new = self._build(st, snap, dirty)
-            except BaseException:
                 with self._wlock:
-                    self._inplace = None
-                raise
-            with self._wlock:
-                for k in self._inplace:  # in-place updates made while _build copied the values
-                    i, j = new.find(k), self._st.find(k)
-                    if i >= 0 and j >= 0:
-                        new.values[i] = self._st.values[j]
-                self._inplace = None
-                live = self._st.buf
-                carried = SortedDict()
-                for k, v in live.items():
-                    g = bisect.bisect_right(st.pivots, k) - 1
-                    merged_here = (g if g >= 0 else 0) in dirty and snap.get(k, _MISSING) is v
-                    if not merged_here:
-                        carried[k] = v
-                new.buf = carried
-                new.counts = [0] * max(1, len(new.models))
-                for k in carried:
-                    g = bisect.bisect_right(new.pivots, k) - 1
-                    new.counts[g if g >= 0 else 0] += 1
-                new.size = self._st.size
-                self._st = new
-                self._stats["merges"] += 1
-                self._stats["merge_seconds"] += time.perf_counter() - t0
+                    for k in self._inplace:  # in-place updates made while _build copied the values
+                        i, j = new.find(k), self._st.find(k)
+                        if i >= 0 and j >= 0:
+                            new.values[i] = self._st.values[j]
+                    live = self._st.buf
+                    carried = SortedDict()
+                    for k, v in live.items():
+                        g = bisect.bisect_right(st.pivots, k) - 1
+                        merged_here = (g if g >= 0 else 0) in dirty and snap.get(k, _MISSING) is v
+                        if not merged_here:
+                            carried[k] = v
+                    new.buf = carried
+                    new.counts = [0] * max(1, len(new.models))
+                    for k in carried:
+                        g = bisect.bisect_right(new.pivots, k) - 1
+                        new.counts[g if g >= 0 else 0] += 1
+                    new.size = self._st.size
+                    self._st = new
+                    self._stats["merges"] += 1
+                    self._stats["merge_seconds"] += time.perf_counter() - t0
+            finally:
+                self._inplace = None  # a write logged after the swap only reaches a dropped list
             if self._dur is not None and self._dur.log_bytes() > self.checkpoint_bytes:
                 self.checkpoint()
 
@@ -738,13 +734,7 @@ class Store:
             va, vo = rec.val_arena, rec.val_offsets
             vb = va.tobytes()
             values = [vb[vo[i]:vo[i + 1]] for i in range(n)]
-            # One provisional group with a zero model and exact bounds, then a proper build.
-            coef = np.zeros((1, self.max_features + 1))
-            lo, hi = K.error_bounds(rec.key_arena, rec.key_offsets, 0, n, 0, 0, coef[0])
-            gint = np.array([[0, n, 0, 0, lo, hi, 0]], np.int64)
-            st = _State(rec.key_arena, rec.key_offsets, values, gint, coef, [_GroupModel()], [], SortedDict(), [0], n)
-            st.pivots = [st.key(0)]
-            self._st = self._regroup(st)
+            self._st = self._regroup(self._ungrouped(rec.key_arena, rec.key_offsets, values))
         for op, k, v in rec.log:
             self._apply(k, v if op == OP_PUT else _TOMB)
         if rec.log:
