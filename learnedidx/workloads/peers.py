@@ -127,18 +127,21 @@ class SortedListAdapter(Adapter):
         self.keys: list = []
         self.vals: list = []
 
+    def _find(self, k) -> tuple[int, bool]:
+        """Where ``k`` is or would go, and whether it is there."""
+        i = bisect.bisect_left(self.keys, k)
+        return i, i < len(self.keys) and self.keys[i] == k
+
     def get(self, k):
-        keys = self.keys
-        i = bisect.bisect_left(keys, k)
-        return self.vals[i] if i < len(keys) and keys[i] == k else None
+        i, found = self._find(k)
+        return self.vals[i] if found else None
 
     def put(self, k, v):
-        keys = self.keys
-        i = bisect.bisect_left(keys, k)
-        if i < len(keys) and keys[i] == k:
+        i, found = self._find(k)
+        if found:
             self.vals[i] = v
         else:
-            keys.insert(i, k)
+            self.keys.insert(i, k)
             self.vals.insert(i, v)
 
     def put_many(self, keys, values):
@@ -149,10 +152,9 @@ class SortedListAdapter(Adapter):
         self.vals = [d[k] for k in self.keys]
 
     def delete(self, k):
-        keys = self.keys
-        i = bisect.bisect_left(keys, k)
-        if i < len(keys) and keys[i] == k:
-            del keys[i], self.vals[i]
+        i, found = self._find(k)
+        if found:
+            del self.keys[i], self.vals[i]
 
     def scan(self, k, n):
         i = bisect.bisect_left(self.keys, k)
