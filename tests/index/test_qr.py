@@ -76,9 +76,14 @@ def test_property_incremental_predictions_equal_lstsq(n_rows, n_feat, split, see
     cut = max(1, int(n_rows * split))
     R_old, _ = solve_full(A[:cut], b[:cut])
     _, x = solve_incremental(R_old, A[cut:], A, b)
-    ref = A @ np.linalg.lstsq(A, b, rcond=None)[0]
     assert np.all(np.isfinite(x))
-    np.testing.assert_allclose(A @ x, ref, atol=1e-3 * max(1.0, n_rows))
+    # SIA's claim: incremental training equals full training on the union.
+    np.testing.assert_allclose(A @ x, A @ solve_full(A, b)[1], atol=1e-6 * max(1.0, n_rows))
+    if n_rows >= 2 * (n_feat + 1):
+        # Well-posed: both equal the least-squares fit.  (On nearly square, ill-conditioned
+        # systems the ridge term moves the fit away from lstsq's exact interpolation.)
+        ref = A @ np.linalg.lstsq(A, b, rcond=None)[0]
+        np.testing.assert_allclose(A @ x, ref, atol=1e-3 * max(1.0, n_rows))
 
 
 def test_backend_registry_and_result():
