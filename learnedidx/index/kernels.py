@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 # Columns of the packed group matrix ``gint``.
 G_START, G_END, G_PREFIX, G_FEAT, G_ERRLO, G_ERRHI, G_PHEAD = range(7)
@@ -189,44 +192,114 @@ def _has_prefix(arena, offsets, i, q, plen) -> bool:
     return True
 
 
-@njit(cache=True, nogil=True)
-def group_lower_bound(arena, offsets, heads, gint, coef, g, q) -> int:
-    """Lower bound of q inside group g using its model and error window (last-mile search),
-    falling back to a binary search over the group when q lies outside the window."""
+@intrinsic
+def prefetch(typingctx, arr, idx):
+    """Hint the CPU to fetch the cache line of ``arr[idx]`` (no bounds check needed: a
+    prefetch never faults and has no effect on results)."""
+    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p = ir.IntType(8).as_pointer()
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
+        # read access, high temporal locality, data cache
+        builder.call(fn, [ptr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, idx), codegen
+
+
+_PREFETCH_ALL = 128  # windows up to this many keys are prefetched whole
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _prefetch_window(heads, offsets, a, b) -> None:
+    """Start loading the cache lines a search of ``[a, b)`` will read (heads, and offsets
+    for the final key compare), so that their misses overlap instead of following one
+    another as a binary search's do.  Large windows get the probes of the first levels."""
+    if b - a <= _PREFETCH_ALL:
+        for i in range(a, b + 8, 8):
+            prefetch(heads, i)
+            prefetch(offsets, i)
+    else:
+        step = (b - a) >> 3
+        for i in range(a + step, b, step):
+            prefetch(heads, i)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _window(arena, offsets, gint, coef, g, q):
+    """The search window ``[a, b)`` of q in group g (from the model and its error bounds)
+    and q's head; ``a = -1`` when q does not share the group's prefix."""
     gs = gint[g, G_START]
     ge = gint[g, G_END]
     plen = gint[g, G_PREFIX]
-    if ge <= gs:
-        return gs
-    if not _has_prefix(arena, offsets, gs, q, plen):
-        return lower_bound(arena, offsets, q, gs, ge)
-    qh = head(q, plen, len(q))
+    if ge <= gs or not _has_prefix(arena, offsets, gs, q, plen):
+        return -1, -1, np.int64(0)
     p = _predict(q, plen, gint[g, G_FEAT], coef[g])
     if not np.isfinite(p):
         p = 0.0
     p = min(max(p, -1e15), 1e15)
     base = gs + np.int64(np.floor(p))
-    a = base + gint[g, G_ERRLO]
-    b = base + gint[g, G_ERRHI] + 1
-    if a < gs:
-        a = gs
-    if b > ge:
-        b = ge
-    if a >= b:
-        return lower_bound_h(arena, offsets, heads, q, qh, gs, ge)
-    r = lower_bound_h(arena, offsets, heads, q, qh, a, b)
-    # q may be absent and fall outside the window: verify the neighbours.
-    if r == a and a > gs and compare_key(arena, offsets, a - 1, q) >= 0:
+    a = max(base + gint[g, G_ERRLO], gs)
+    b = min(base + gint[g, G_ERRHI] + 1, ge)
+    if a >= b:  # q predicted outside the group: search all of it
+        a, b = gs, ge
+    return a, b, head(q, plen, len(q))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _heads_bound(heads, qh, a, b) -> int:
+    """First index in [a, b) whose head is >= qh (b if none)."""
+    while a < b:
+        mid = (a + b) >> 1
+        if heads[mid] < qh:
+            a = mid + 1
+        else:
+            b = mid
+    return a
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _finish(arena, offsets, heads, gint, g, q, qh, a, b, r) -> int:
+    """Lower bound of q in group g from ``r = _heads_bound(heads, qh, a, b)``: head ties are
+    decided by comparing keys, and an absent q may lie outside the window."""
+    gs = gint[g, G_START]
+    ge = gint[g, G_END]
+    if a < 0:
+        if ge <= gs:
+            return gs
+        # q lacks the prefix of group g, whose first key is <= q unless g is the first group
+        # and q precedes everything: q sorts before or after the whole group.
+        return gs if compare_key(arena, offsets, gs, q) > 0 else ge
+    if r < b and heads[r] == qh:
+        r = lower_bound_h(arena, offsets, heads, q, qh, r, b)
+    # Outside the window only if a neighbour says so; heads answer that without the arena.
+    if r == a and a > gs and heads[a - 1] >= qh and compare_key(arena, offsets, a - 1, q) >= 0:
         return lower_bound_h(arena, offsets, heads, q, qh, gs, a)
-    if r == b and b < ge and compare_key(arena, offsets, b, q) < 0:
+    if r == b and b < ge and heads[b] <= qh and compare_key(arena, offsets, b, q) < 0:
         return lower_bound_h(arena, offsets, heads, q, qh, b, ge)
     return r
 
 
+@njit(cache=True, nogil=True)
+def group_lower_bound(arena, offsets, heads, gint, coef, g, q) -> int:
+    """Lower bound of q inside group g: model prediction, then a search of its error
+    window (prefetched), falling back to the rest of the group when q lies outside it."""
+    a, b, qh = _window(arena, offsets, gint, coef, g, q)
+    if a < 0:
+        return _finish(arena, offsets, heads, gint, g, q, qh, a, b, a)
+    _prefetch_window(heads, offsets, a, b)
+    return _finish(arena, offsets, heads, gint, g, q, qh, a, b, _heads_bound(heads, qh, a, b))
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _in_group(arena, offsets, heads, gint, coef, g, q, exact) -> int:
-    """Lower bound of q, found in group g; with ``exact``, q's index or -1."""
-    r = group_lower_bound(arena, offsets, heads, gint, coef, g, q)
+def _exact(arena, offsets, gint, g, q, r, exact) -> int:
+    """With ``exact``, lower bound r turned into q's index or -1; else r."""
     if not exact:
         return r
     if r < gint[g, G_END] and compare_key(arena, offsets, r, q) == 0:
@@ -239,7 +312,8 @@ def find_one(arena, offsets, heads, gint, coef, q) -> int:
     """Index of key q in the merged arrays, or -1."""
     if gint.shape[0] == 0:
         return -1
-    return _in_group(arena, offsets, heads, gint, coef, find_group(arena, offsets, gint, q), q, True)
+    g = find_group(arena, offsets, gint, q)
+    return _exact(arena, offsets, gint, g, q, group_lower_bound(arena, offsets, heads, gint, coef, g, q), True)
 
 
 @njit(cache=True, nogil=True)
@@ -247,7 +321,7 @@ def seek(arena, offsets, heads, gint, coef, q) -> int:
     """Global lower bound of q (index of the first key >= q)."""
     if gint.shape[0] == 0:
         return 0
-    return _in_group(arena, offsets, heads, gint, coef, find_group(arena, offsets, gint, q), q, False)
+    return group_lower_bound(arena, offsets, heads, gint, coef, find_group(arena, offsets, gint, q), q)
 
 
 @njit(cache=True, nogil=True)
@@ -307,17 +381,47 @@ def _sorted_queries(qarena, qoffsets):
     return order, sa, so
 
 
+_LANES = 16  # queries in flight together in search_many
+
+
 @njit(cache=True, nogil=True)
 def search_many(arena, offsets, heads, gint, coef, qarena, qoffsets, exact):
     """Batched searches inside compiled code, answered in sorted-query order: the index of
-    each query key or -1 (``exact``, as :func:`find_one`), else its lower bound (:func:`seek`)."""
+    each query key or -1 (``exact``, as :func:`find_one`), else its lower bound (:func:`seek`).
+
+    Queries go in groups of ``_LANES``, each step done for all of them before the next:
+    windows (prefetching their lines), then the heads searches (prefetching the keys they
+    land on), then the key compares.  The cache misses of a group's queries overlap, where
+    one query at a time waits for each of its own (about twice as fast on 1M keys)."""
+    m = qoffsets.shape[0] - 1
     if gint.shape[0] == 0:
-        return np.full(qoffsets.shape[0] - 1, -1 if exact else 0, np.int64)
+        return np.full(m, -1 if exact else 0, np.int64)
     order, sa, so = _sorted_queries(qarena, qoffsets)
-    out = np.empty(order.shape[0], dtype=np.int64)
-    for t in range(order.shape[0]):
-        q = sa[so[t]:so[t + 1]]
-        out[order[t]] = _in_group(arena, offsets, heads, gint, coef, find_group(arena, offsets, gint, q), q, exact)
+    out = np.empty(m, dtype=np.int64)
+    grp = np.empty(_LANES, np.int64)
+    wa = np.empty(_LANES, np.int64)
+    wb = np.empty(_LANES, np.int64)
+    qhs = np.empty(_LANES, np.int64)
+    rs = np.empty(_LANES, np.int64)
+    for t0 in range(0, m, _LANES):
+        n = min(m - t0, _LANES)
+        for j in range(n):
+            q = sa[so[t0 + j]:so[t0 + j + 1]]
+            g = find_group(arena, offsets, gint, q)
+            a, b, qh = _window(arena, offsets, gint, coef, g, q)
+            grp[j], wa[j], wb[j], qhs[j] = g, a, b, qh
+            if a >= 0:
+                _prefetch_window(heads, offsets, a, b)
+        for j in range(n):
+            if wa[j] >= 0:
+                r = _heads_bound(heads, qhs[j], wa[j], wb[j])
+                rs[j] = r
+                prefetch(arena, offsets[min(r, offsets.shape[0] - 1)])
+        for j in range(n):
+            q = sa[so[t0 + j]:so[t0 + j + 1]]
+            g = grp[j]
+            r = _finish(arena, offsets, heads, gint, g, q, qhs[j], wa[j], wb[j], rs[j] if wa[j] >= 0 else -1)
+            out[order[t0 + j]] = _exact(arena, offsets, gint, g, q, r, exact)
     return out
 
 

@@ -321,14 +321,20 @@ class Store:
         st = self._st
         batch, klist = self._as_batch(keys)
         idx = K.search_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets, True)
+        if st.buf and klist is None:
+            klist = [batch.key(i) for i in range(len(batch))]
+        return self._values_at(st, idx.tolist(), klist)
+
+    @staticmethod
+    def _values_at(st: _State, il: list[int], klist: list[bytes] | None) -> list:
+        """Values of keys ``klist`` found at merged indexes ``il`` (-1: not merged), the
+        delta buffer overriding (``klist`` may be None when the buffer is empty)."""
         vals = st.values
-        il = idx.tolist()
-        if il and (min(il) if len(il) <= 256 else idx.min()) >= 0:
+        if il and min(il) >= 0:
             out = list(map(vals.__getitem__, il))
         else:
             out = [vals[i] if i >= 0 else None for i in il]
         if st.buf:
-            klist = klist if klist is not None else [batch.key(i) for i in range(len(batch))]
             get = st.buf.get
             for j, k in enumerate(klist):
                 v = get(k, _MISSING)
@@ -441,13 +447,14 @@ class Store:
         return (k for k, _ in self.items())
 
     # ------------------------------------------------------------------ writes
-    def _apply(self, k: bytes, v: Any) -> None:
+    def _apply(self, k: bytes, v: Any, i: int | None = None) -> None:
         """Apply one write (writer lock held): an update of a merged key in place, anything
-        else to the delta buffer."""
+        else to the delta buffer.  ``i``: ``k``'s index in the merged arrays if already
+        searched (-1: not there)."""
         st = self._st
         old = st.buf.get(k, _MISSING)
         if old is _MISSING:
-            i = st.find(k)
+            i = st.find(k) if i is None else i
             if i >= 0 and v is not _TOMB:
                 # The key set does not change, so nothing needs merging or retraining. A merge
                 # running meanwhile may already have copied this slot: it re-applies the log.
@@ -516,6 +523,44 @@ class Store:
                 for k, v in zip(klist, vlist):
                     self._apply(k, v)
         self._after_write()
+
+    def apply_many(self, keys: Any, values: Sequence[Any]) -> list:
+        """Reads and writes in order, as one call: where ``values[i]`` is None, ``keys[i]``
+        is read (result: its value at that point of the batch, or None), else ``values[i]``
+        is written under it (result: None).
+
+        The outcome is that of the same calls made one after another (a read sees every
+        earlier write of the batch), but the index searches of the whole batch run in one
+        Numba call, and the writes are logged as one atomic, durable batch before any is
+        applied.  ``keys`` as for :meth:`get_many`."""
+        self._check_open()
+        batch, klist = self._as_batch(keys)
+        klist = klist if klist is not None else [batch.key(i) for i in range(len(batch))]
+        vlist = [v if v is None else self._value(v) for v in values]
+        if len(klist) != len(vlist):
+            raise ValueError(f"{len(klist)} keys but {len(vlist)} values")
+        out: list = [None] * len(klist)
+        if None not in vlist:  # writes only: put_many (bulk-loads an empty store)
+            self.put_many(klist, vlist)
+            return out
+        with self._wlock:  # no merge can swap the arrays under the precomputed indexes
+            self._check_open()
+            if self._dur is not None:
+                writes = [(OP_PUT, k, v) for k, v in zip(klist, vlist) if v is not None]
+                if writes:
+                    self._dur.log_batch(writes)
+            st = self._st
+            il = K.search_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets, True).tolist()
+            # Stretches of reads between two writes are answered at once.
+            a = 0
+            for w in [j for j, v in enumerate(vlist) if v is not None] + [len(vlist)]:
+                if w > a:
+                    out[a:w] = self._values_at(st, il[a:w], klist[a:w])
+                if w < len(vlist):
+                    self._apply(klist[w], vlist[w], il[w])
+                a = w + 1
+        self._after_write()
+        return out
 
     def _bulk_state(self, klist: list[bytes], vlist: list[bytes]) -> _State:
         """Groups built straight from a batch loaded into an empty store (the last value of

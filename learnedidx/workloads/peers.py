@@ -1,7 +1,7 @@
 """Peers with one interface, for measuring the learned index against them in the same run.
 
 Every adapter offers ``put``, ``get``, ``delete``, ``scan(start, n)``, ``get_many``,
-``put_many``, ``scan_many`` and ``close``.  A peer whose package does not import (or that
+``put_many``, ``scan_many``, ``apply_many`` (reads and writes in order) and ``close``.  A peer whose package does not import (or that
 cannot open here) is reported by :func:`available_peers` and skipped, never a failure.
 """
 from __future__ import annotations
@@ -43,6 +43,25 @@ class Adapter:
     def scan_many(self, keys: Sequence[bytes], n: int) -> list:
         return [self.scan(k, n) for k in keys]
 
+    def apply_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> list:
+        """Reads (value None) and writes in order; read results where reads were, else None.
+
+        This default runs each stretch of reads through ``get_many`` and each stretch of
+        writes through ``put_many``, so a read sees every earlier write."""
+        out: list = [None] * len(keys)
+        i, n = 0, len(keys)
+        while i < n:
+            reading = values[i] is None
+            j = i + 1
+            while j < n and (values[j] is None) == reading:
+                j += 1
+            if reading:
+                out[i:j] = self.get_many(keys[i:j])
+            else:
+                self.put_many(keys[i:j], values[i:j])
+            i = j
+        return out
+
     def settle(self) -> None:
         """Finish background work started by a load phase (not timed)."""
 
@@ -75,6 +94,7 @@ class LearnedIndexAdapter(Adapter):
         self.get_many = self.db.get_many
         self.put_many = self.db.put_many
         self.scan_many = self.db.scan_many
+        self.apply_many = self.db.apply_many
 
     def settle(self) -> None:
         self.db.retrain_now()

@@ -41,6 +41,24 @@ def test_recovery_from_log_without_checkpoint(tmp_path):
         assert list(db2.items()) == [(b"a", b"1"), (b"c", b"3")]
 
 
+def test_apply_many_writes_are_logged_before_acknowledgement(tmp_path):
+    with learnedidx.open(tmp_path / "db", retrain="off", group_size=64) as db:
+        db.put_many([b"k%04d" % i for i in range(500)], [b"old"] * 500)
+    db = learnedidx.open(tmp_path / "db", retrain="off", sync="always")
+    got = db.apply_many([b"k0001", b"k0001", b"k0001", b"new", b"new", b"k0002"],
+                        [None, b"upd", None, b"n", None, None])
+    assert got == [b"old", None, b"upd", None, b"n", b"old"]
+    db._dur.close()  # simulate a crash: no checkpoint on close
+    db._closed = True
+    with learnedidx.open(tmp_path / "db", retrain="off") as db2:
+        assert db2.get(b"k0001") == b"upd" and db2.get(b"new") == b"n" and len(db2) == 501
+    with learnedidx.open(tmp_path / "db", retrain="off") as db3:
+        with pytest.raises(ValueError, match="2 keys but 1 values"):
+            db3.apply_many([b"a", b"b"], [None])
+        with pytest.raises(learnedidx.errors.KeyTypeError):
+            db3.apply_many([b"a"], ["not bytes"])
+
+
 @pytest.mark.parametrize("cut", [1, 5, 9, 13])
 def test_truncated_tail_is_cut_with_warning(tmp_path, cut):
     d = Durability(tmp_path / "db")

@@ -61,6 +61,17 @@ class StoreMachine(RuleBasedStateMachine):
         assert self.db.get_many(probe) == [self.ref.get(k) for k in probe]
         assert self.db.get_many(KeyBatch.from_keys(probe)) == [self.ref.get(k) for k in probe]
 
+    @rule(steps=st.lists(st.tuples(keys, st.none() | values), max_size=30), known=st.integers(0, 8))
+    def apply_many(self, steps, known):
+        # Mixed reads (None) and writes, some on keys already stored and some repeated.
+        steps = steps + [(k, None) for k in list(self.ref)[:known]] + steps[:3]
+        expect = []
+        for k, v in steps:
+            expect.append(self.ref.get(k) if v is None else None)
+            if v is not None:
+                self.ref[k] = v
+        assert self.db.apply_many([k for k, _ in steps], [v for _, v in steps]) == expect
+
     @rule(k=keys, n=st.integers(0, 25))
     def scan(self, k, n):
         s = sorted(self.ref)

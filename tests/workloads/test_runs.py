@@ -38,6 +38,26 @@ def test_every_installed_peer_returns_identical_results(workload, installed):
     assert all(r.operations == 3000 for r in runs.values())
 
 
+def test_digest_catches_one_wrong_read_in_either_mode():
+    def off_by_one(ad):
+        calls = iter(range(10**9))
+        good = ad.d.get
+
+        def get(k):
+            v = good(k)
+            return v[:-1] + bytes([v[-1] ^ 1]) if next(calls) == 77 and v else v  # only the last byte
+        ad.get = get
+        return ad
+
+    load, run = ycsb_streams("B", 500, 1000, {}, None, 2)
+    for mode in ("per-op", "batch"):
+        digests = []
+        for ad in (get_adapter("sorteddict"), off_by_one(get_adapter("sorteddict"))):
+            execute(ad, load, mode="batch", phase="load")
+            digests.append(execute(ad, run, mode=mode).digest)
+        assert digests[0] != digests[1]
+
+
 def test_ycsb_output_format():
     load, run = ycsb_streams("A", 500, 2000, {}, None, 1)
     rep = run_peers(load, run, ["sorteddict"], ["per-op"], progress=False)[1]
