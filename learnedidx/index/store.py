@@ -23,9 +23,11 @@ from __future__ import annotations
 import array
 import bisect
 import contextlib
+import ctypes
 import functools
 import itertools
 import logging
+import operator
 import os
 import threading
 import time
@@ -49,11 +51,27 @@ _BATCH_CHUNK = 2048  # keys per pass when packing a batch (see Store._as_batch)
 
 @functools.cache
 def _point_kernels() -> tuple:
-    """(find_one, seek) entry points for the exact argument types a _State passes: arena
-    (read-only uint8), offsets, heads, gint, coef, and the query as ``bytes``."""
-    ex = (np.frombuffer(b"k", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.int64),
-          np.zeros((1, K.G_COLS), np.int64), np.zeros((1, 2)), b"k")
-    return K.entry_point(K.find_one_gil, *ex), K.entry_point(K.seek_gil, *ex)
+    """(find, seek) entry points for the exact argument types a _State passes: its
+    :class:`~learnedidx.index.kernels.IndexRef` and the query as ``bytes``."""
+    ex = (K.IndexRef(np.frombuffer(b"k", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.int64),
+                     np.zeros((1, K.G_COLS), np.int64), np.zeros((1, 2)), 0), b"k")
+    return K.entry_point(K.find_ref, *ex), K.entry_point(K.seek_ref, *ex)
+
+
+_PTR = ctypes.sizeof(ctypes.c_void_p)
+
+
+def _items_address(values: list) -> int:
+    """Address of a list's item array (CPython's ``ob_item``, after the object header), so
+    that lookups can prefetch the value they are about to return; 0 (no prefetch) unless
+    the layout checks out.  Valid while the list lives and keeps its length, as the value
+    list of a _State does."""
+    if not values:
+        return 0
+    addr = ctypes.c_void_p.from_address(id(values) + 3 * _PTR).value
+    ok = addr and all(ctypes.c_void_p.from_address(addr + i * _PTR).value == id(values[i])
+                      for i in (0, len(values) - 1))
+    return addr if ok else 0
 
 
 @dataclass
@@ -112,15 +130,23 @@ class _State:
         self.gint = np.require(self.gint, np.int64, ["C", "W"])
         self.coef = np.require(self.coef, np.float64, ["C", "W"])
         self.heads = K.build_heads(self.arena, self.offsets, self.gint)
+        self.items = _items_address(self.values)
+        self.ref = K.IndexRef(self.arena, self.offsets, self.heads, self.gint, self.coef, self.items)
         self.find_kernel, self.seek_kernel = _point_kernels()
 
     def find(self, k: bytes) -> int:
         """Index of ``k`` in the merged arrays, or -1."""
-        return self.find_kernel(self.arena, self.offsets, self.heads, self.gint, self.coef, k)
+        return self.find_kernel(self.ref, k)
 
     def seek(self, k: bytes) -> int:
         """Index of the first merged key >= ``k``."""
-        return self.seek_kernel(self.arena, self.offsets, self.heads, self.gint, self.coef, k)
+        return self.seek_kernel(self.ref, k)
+
+    def search(self, batch: "KeyBatch", exact: bool) -> np.ndarray:
+        """:func:`~learnedidx.index.kernels.search_many` of ``batch`` (values prefetched
+        when ``exact``)."""
+        return K.search_many(self.arena, self.offsets, self.heads, self.gint, self.coef,
+                             batch.arena, batch.offsets, exact, self.items)
 
     def nkeys(self) -> int:
         return len(self.offsets) - 1
@@ -263,7 +289,7 @@ class Store:
         st = self._st
         v = st.buf.get(k, _MISSING)
         if v is _MISSING:
-            i = st.find_kernel(st.arena, st.offsets, st.heads, st.gint, st.coef, k)
+            i = st.find_kernel(st.ref, k)
             return st.values[i] if i >= 0 else default
         return default if v is _TOMB else v
 
@@ -320,7 +346,7 @@ class Store:
         self._check_open()
         st = self._st
         batch, klist = self._as_batch(keys)
-        idx = K.search_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets, True)
+        idx = st.search(batch, True)
         if st.buf and klist is None:
             klist = [batch.key(i) for i in range(len(batch))]
         return self._values_at(st, idx.tolist(), klist)
@@ -424,7 +450,7 @@ class Store:
         batch, klist = self._as_batch(start_keys)
         if st.buf:
             return [self.scan(k, count) for k in (klist or [batch.key(i) for i in range(len(batch))])]
-        pos = K.search_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets, False).tolist()
+        pos = st.search(batch, False).tolist()
         ab = st.ab
         n = st.nkeys()
         out = []
@@ -534,26 +560,33 @@ class Store:
         Numba call, and the writes are logged as one atomic, durable batch before any is
         applied.  ``keys`` as for :meth:`get_many`."""
         self._check_open()
+        vlist = values if isinstance(values, list) else list(values)
+        nreads = vlist.count(None)
+        if nreads == len(vlist):  # reads only: no lock, no write log
+            out = self.get_many(keys)
+            if len(out) != nreads:
+                raise ValueError(f"{len(out)} keys but {nreads} values")
+            return out
         batch, klist = self._as_batch(keys)
         klist = klist if klist is not None else [batch.key(i) for i in range(len(batch))]
-        vlist = [v if v is None else self._value(v) for v in values]
         if len(klist) != len(vlist):
             raise ValueError(f"{len(klist)} keys but {len(vlist)} values")
+        if not set(map(type, vlist)) <= {bytes, type(None)}:
+            vlist = [v if v is None else self._value(v) for v in vlist]
         out: list = [None] * len(klist)
-        if None not in vlist:  # writes only: put_many (bulk-loads an empty store)
+        if not nreads:  # writes only: put_many (bulk-loads an empty store)
             self.put_many(klist, vlist)
             return out
+        writes = list(itertools.compress(range(len(vlist)), map(operator.is_not, vlist, itertools.repeat(None))))
         with self._wlock:  # no merge can swap the arrays under the precomputed indexes
             self._check_open()
             if self._dur is not None:
-                writes = [(OP_PUT, k, v) for k, v in zip(klist, vlist) if v is not None]
-                if writes:
-                    self._dur.log_batch(writes)
+                self._dur.log_batch([(OP_PUT, klist[w], vlist[w]) for w in writes])
             st = self._st
-            il = K.search_many(st.arena, st.offsets, st.heads, st.gint, st.coef, batch.arena, batch.offsets, True).tolist()
+            il = st.search(batch, True).tolist()
             # Stretches of reads between two writes are answered at once.
             a = 0
-            for w in [j for j, v in enumerate(vlist) if v is not None] + [len(vlist)]:
+            for w in writes + [len(vlist)]:
                 if w > a:
                     out[a:w] = self._values_at(st, il[a:w], klist[a:w])
                 if w < len(vlist):
