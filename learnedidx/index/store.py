@@ -287,7 +287,7 @@ class Store:
             raise StoreClosedError("the store is closed")
         k = key if type(key) is bytes and 0 < len(key) <= self.max_key_len else self._key(key)
         st = self._st
-        v = st.buf.get(k, _MISSING)
+        v = st.buf.get(k, _MISSING) if st.buf else _MISSING
         if v is _MISSING:
             i = st.find_kernel(st.ref, k)
             return st.values[i] if i >= 0 else default

@@ -131,11 +131,11 @@ def test_bench_compare_writes_table_and_plots(tmp_path):
     out = tmp_path / "cmp"
     peers = "learnedidx,sorteddict,art,nonesuch"
     res = CliRunner().invoke(app, ["bench", "compare", "--workloads", "C,E'", "--peers", peers, "--records", "800",
-                                   "--operations", "500", "--out", str(out)])
+                                   "--operations", "500", "--repeat", "2", "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "skipping peer nonesuch" in res.output and "disagree" not in res.output
     table = (out / "results.md").read_text().splitlines()
-    assert table[0] == "# YCSB run-phase throughput (ops/s), 800 records, 500 operations"
+    assert table[0] == "# YCSB run-phase throughput (ops/s), 800 records, 500 operations, median of 2 runs"
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
     head, body = rows[0], rows[2:]
     assert head[:4] == ["workload", "mode", "learnedidx", "sorteddict"] and head[-1] == "learnedidx / best"
