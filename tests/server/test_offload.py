@@ -2,6 +2,7 @@
 server killed in the middle of a YCSB run."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -56,7 +57,14 @@ def test_silent_server_times_out_and_store_trains_in_process(tmp_path, caplog):
     listener.bind(path)
     listener.listen(8)
     held: list[socket.socket] = []
-    threading.Thread(target=lambda: [held.append(listener.accept()[0]) for _ in range(8)], daemon=True).start()
+
+    def hold() -> None:  # accept and never answer, until the listener is closed
+        with contextlib.suppress(OSError):
+            for _ in range(8):
+                held.append(listener.accept()[0])
+
+    acceptor = threading.Thread(target=hold, daemon=True)
+    acceptor.start()
     keys = [b"key%06d" % (i * 37 % 10007) for i in range(2000)]
     try:
         with learnedidx.open(retrain="off", group_size=128, trainer="server",
@@ -70,7 +78,9 @@ def test_silent_server_times_out_and_store_trains_in_process(tmp_path, caplog):
             assert db.stats()["trainer_failed"] is True
             assert db.get_many(keys) == [b"v%d" % i for i in range(len(keys))]
     finally:
+        listener.shutdown(socket.SHUT_RDWR)
         listener.close()
+        acceptor.join(5)
         for s in held:
             s.close()
     assert len(_fallback_warnings(caplog)) == 1
