@@ -70,21 +70,10 @@ def compare_key(arena, offsets, i, q) -> int:
 
 
 @njit(cache=True, nogil=True)
-def lower_bound(arena, offsets, q, lo, hi) -> int:
-    """First index in [lo, hi) whose key is >= q (hi if none)."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if compare_key(arena, offsets, mid, q) < 0:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@njit(cache=True, nogil=True)
 def lower_bound_h(arena, offsets, heads, q, qh, lo, hi) -> int:
-    """:func:`lower_bound` comparing heads first (all keys in [lo, hi) share the prefix
-    that ``heads`` and the query's head ``qh`` were taken after)."""
+    """First index in [lo, hi) whose key is >= q (hi if none), comparing heads first and
+    keys only on a tie (all keys in [lo, hi) share the prefix that ``heads`` and the
+    query's head ``qh`` were taken after)."""
     while lo < hi:
         mid = (lo + hi) >> 1
         h = heads[mid]
@@ -439,9 +428,10 @@ def search_many(arena, offsets, heads, gint, coef, qarena, qoffsets, exact, item
     each query key or -1 (``exact``, as :func:`find_one`), else its lower bound (:func:`seek`).
 
     Queries go in groups of ``_LANES``, each step done for all of them before the next:
-    windows (prefetching their lines), then the heads searches (prefetching the keys they
-    land on), then the key compares.  The cache misses of a group's queries overlap, where
-    one query at a time waits for each of its own (about twice as fast on 1M keys).
+    windows (prefetching their lines), then the heads searches (prefetching the keys and
+    value slots they land on), then the key compares, then the values' objects.  The cache
+    misses of a group's queries overlap, where one query at a time waits for each of its
+    own (about twice as fast on 1M keys).
     ``items``: as for :func:`find_one` (exact searches prefetch the values found)."""
     m = qoffsets.shape[0] - 1
     if gint.shape[0] == 0:

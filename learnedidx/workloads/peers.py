@@ -1,8 +1,9 @@
 """Peers with one interface, for measuring the learned index against them in the same run.
 
 Every adapter offers ``put``, ``get``, ``delete``, ``scan(start, n)``, ``get_many``,
-``put_many``, ``scan_many``, ``apply_many`` (reads and writes in order) and ``close``.  A peer whose package does not import (or that
-cannot open here) is reported by :func:`available_peers` and skipped, never a failure.
+``put_many``, ``scan_many``, ``apply_many`` (reads and writes in order) and ``close``.
+A peer whose package does not import (or that cannot open here) is reported by
+:func:`available_peers` and skipped, never a failure.
 """
 from __future__ import annotations
 
