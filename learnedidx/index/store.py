@@ -23,7 +23,6 @@ from __future__ import annotations
 import array
 import bisect
 import contextlib
-import ctypes
 import functools
 import itertools
 import logging
@@ -39,6 +38,7 @@ from sortedcontainers import SortedDict
 
 from learnedidx.errors import ConfigError, KeyLengthError, KeyTypeError, StoreClosedError
 from learnedidx.index import kernels as K
+from learnedidx.index import pyobjects as P
 from learnedidx.index.durability import OP_DELETE, OP_PUT, Durability
 from learnedidx.index.training import TrainingBackend, get_backend
 
@@ -51,27 +51,14 @@ _BATCH_CHUNK = 2048  # keys per pass when packing a batch (see Store._as_batch)
 
 @functools.cache
 def _point_kernels() -> tuple:
-    """(find, seek) entry points for the exact argument types a _State passes: its
-    :class:`~learnedidx.index.kernels.IndexRef` and the query as ``bytes``."""
-    ex = (K.IndexRef(np.frombuffer(b"k", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.int64),
-                     np.zeros((1, K.G_COLS), np.int64), np.zeros((1, 2)), 0), b"k")
-    return K.entry_point(K.find_ref, *ex), K.entry_point(K.seek_ref, *ex)
-
-
-_PTR = ctypes.sizeof(ctypes.c_void_p)
-
-
-def _items_address(values: list) -> int:
-    """Address of a list's item array (CPython's ``ob_item``, after the object header), so
-    that lookups can prefetch the value they are about to return; 0 (no prefetch) unless
-    the layout checks out.  Valid while the list lives and keeps its length, as the value
-    list of a _State does."""
-    if not values:
-        return 0
-    addr = ctypes.c_void_p.from_address(id(values) + 3 * _PTR).value
-    ok = addr and all(ctypes.c_void_p.from_address(addr + i * _PTR).value == id(values[i])
-                      for i in (0, len(values) - 1))
-    return addr if ok else 0
+    """(find, seek) entry points for the exact argument types a _State passes: the address
+    of its index descriptor (see :func:`~learnedidx.index.kernels.index_descriptor`) and
+    the query as ``bytes``."""
+    arrays = (np.frombuffer(b"k", np.uint8), np.array([0, 1], np.int64), np.zeros(1, np.int64),
+              np.zeros((1, K.G_COLS), np.int64), np.zeros((1, 2)))
+    desc = K.index_descriptor(*arrays, 0, 1)  # one empty group: the example calls find nothing
+    ex = (desc.ctypes.data, b"k")
+    return K.entry_point(K.find_at, *ex), K.entry_point(K.seek_at, *ex)
 
 
 @dataclass
@@ -119,6 +106,7 @@ class _State:
     buf: SortedDict  # key -> value | _TOMB
     counts: list  # buffered writes per group
     size: int  # number of live keys
+    max_len: int  # the store's max_key_len (checked by the point lookup kernel)
 
     def __post_init__(self) -> None:
         # The arena lives in an immutable bytes object (slicing it is the cheapest way to
@@ -130,8 +118,12 @@ class _State:
         self.gint = np.require(self.gint, np.int64, ["C", "W"])
         self.coef = np.require(self.coef, np.float64, ["C", "W"])
         self.heads = K.build_heads(self.arena, self.offsets, self.gint)
-        self.items = _items_address(self.values)
-        self.ref = K.IndexRef(self.arena, self.offsets, self.heads, self.gint, self.coef, self.items)
+        # The descriptor holds these arrays' addresses: they are never replaced afterwards,
+        # and a lookup holds the _State (hence the arrays) while its kernel runs.
+        self.items = P.items_address(self.values)
+        self.desc = K.index_descriptor(self.arena, self.offsets, self.heads, self.gint, self.coef, self.items,
+                                       self.max_len)
+        self.ref = self.desc.ctypes.data  # the lookups' one argument (see _point_kernels)
         self.find_kernel, self.seek_kernel = _point_kernels()
 
     def find(self, k: bytes) -> int:
@@ -282,15 +274,21 @@ class Store:
 
     def get(self, key: Any, default: Any = None) -> Any:
         """The value stored under ``key``, or ``default``."""
-        # The hottest path of the API: _check_open, _key and _lookup inlined.
+        # The hottest path of the API, kept to a few bytecodes: the kernel checks the key's
+        # length, and the delta buffer is looked at only when it holds something.
         if self._closed:
             raise StoreClosedError("the store is closed")
-        k = key if type(key) is bytes and 0 < len(key) <= self.max_key_len else self._key(key)
+        if type(key) is not bytes:
+            return self.get(self._key(key), default)
         st = self._st
-        v = st.buf.get(k, _MISSING) if st.buf else _MISSING
+        v = st.buf.get(key, _MISSING) if st.buf else _MISSING
         if v is _MISSING:
-            i = st.find_kernel(st.ref, k)
-            return st.values[i] if i >= 0 else default
+            i = st.find_kernel(st.ref, key)
+            if i >= 0:
+                return st.values[i]
+            if i == -1:
+                return default
+            self._key(key)  # -2: raises the length error
         return default if v is _TOMB else v
 
     def __getitem__(self, key: Any) -> bytes:
@@ -311,6 +309,13 @@ class Store:
         if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
             keys = keys.tolist()  # numpy 'S' items lose trailing NUL bytes
         klist = keys if isinstance(keys, list) else list(keys)
+        items = P.items_address(klist) if P.BYTES_LAYOUT_OK and len(klist) > 16 else 0
+        if items:
+            # One compiled pass over the list's items (the usual case: all exact bytes of
+            # valid lengths); anything else takes the checking path below.
+            arena, offsets, bad = P.pack_bytes_list(items, len(klist), self.max_key_len, P.BYTES_TYPE)
+            if bad < 0:
+                return KeyBatch(arena, offsets), klist
         # Cache-sized chunks: each key object is touched by three passes (type, length,
         # copy), which then hit the cache instead of memory (half the cost on big batches).
         arenas, lens = [], array.array("q")
@@ -356,8 +361,8 @@ class Store:
         """Values of keys ``klist`` found at merged indexes ``il`` (-1: not merged), the
         delta buffer overriding (``klist`` may be None when the buffer is empty)."""
         vals = st.values
-        if il and min(il) >= 0:
-            out = list(map(vals.__getitem__, il))
+        if len(il) > 1 and min(il) >= 0:
+            out = list(operator.itemgetter(*il)(vals))  # one C loop: half the cost of map()
         else:
             out = [vals[i] if i >= 0 else None for i in il]
         if st.buf:
@@ -613,7 +618,7 @@ class Store:
     def _ungrouped(self, arena: np.ndarray, offsets: np.ndarray, values: list) -> _State:
         """Sorted keys and their values with no groups yet (:meth:`_regroup` builds them)."""
         return _State(arena, offsets, values, np.zeros((0, K.G_COLS), np.int64),
-                      np.zeros((0, self.max_features + 1)), [], [], SortedDict(), [0], len(values))
+                      np.zeros((0, self.max_features + 1)), [], [], SortedDict(), [0], len(values), self.max_key_len)
 
     def _empty_state(self) -> _State:
         return self._ungrouped(np.zeros(0, np.uint8), np.zeros(1, np.int64), [])
@@ -802,7 +807,7 @@ class Store:
         gint = np.array(gint_rows, np.int64).reshape(G2, K.G_COLS)
         coef = np.array(coef_rows, np.float64).reshape(G2, self.max_features + 1)
         pivots = [arena[offsets[r[0]]:offsets[r[0] + 1]].tobytes() for r in gint_rows]
-        return _State(arena, offsets, values, gint, coef, models, pivots, SortedDict(), [0] * max(G2, 1), st.size)
+        return _State(arena, offsets, values, gint, coef, models, pivots, SortedDict(), [0] * max(G2, 1), st.size, st.max_len)
 
     # ------------------------------------------------------------------ durability
     def _recover(self, dur: Durability) -> None:
@@ -852,7 +857,7 @@ class Store:
         pivots = [st.key(r[0]) for r in rows]
         return _State(st.arena, st.offsets, st.values, np.array(rows, np.int64).reshape(-1, K.G_COLS),
                       np.array(coefs).reshape(-1, self.max_features + 1), models, pivots, st.buf,
-                      [0] * max(1, len(rows)), st.size)
+                      [0] * max(1, len(rows)), st.size, st.max_len)
 
     def checkpoint(self) -> None:
         """Write the merged data to a checkpoint and drop the log it covers."""

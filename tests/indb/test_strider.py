@@ -208,7 +208,7 @@ _row = st.tuples(_value, st.none() | st.integers(-2**31, 2**31 - 1), _value,
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(rows=st.lists(_row, max_size=300), delete_every=st.integers(0, 5),
-       pad=st.text(st.characters(blacklist_characters="\x00"), max_size=20))
+       pad=st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=20))
 def test_page_decoder_property(pg, rows, delete_every, pad):
     """Random NULLs, widths, deletes and a variable-length column before the wanted ones."""
     db, ci = pg
