@@ -408,18 +408,26 @@ class Store:
             i = chunk_end
             step = min(step * 2, 4096)
 
-    def scan(self, start_key: Any, count: int) -> list[tuple[bytes, bytes]]:
-        """Up to ``count`` (key, value) pairs with key >= ``start_key``, in key order."""
-        self._check_open()
+    @staticmethod
+    def _count(count: Any) -> int:
         if not isinstance(count, int) or isinstance(count, bool):
             raise TypeError(f"count must be an int, not {type(count).__name__}")
         if count < 0:
             raise ValueError("count must be >= 0")
-        if count == 0:
-            return []
+        return count
+
+    def scan(self, start_key: Any, count: int) -> list[tuple[bytes, bytes]]:
+        """Up to ``count`` (key, value) pairs with key >= ``start_key``, in key order."""
+        self._check_open()
+        count = self._count(count)
         st = self._st
         k = self._key(start_key)
-        i = int(st.seek(k))
+        return self._scan_at(st, k, int(st.seek(k)) if count else 0, count)
+
+    def _scan_at(self, st: _State, k: bytes, i: int, count: int) -> list[tuple[bytes, bytes]]:
+        """:meth:`scan` of ``count`` pairs from ``k``, whose lower bound among the merged keys is ``i``."""
+        if count == 0:
+            return []
         n = st.nkeys()
         e = min(n, i + count)
         ol = st.offsets[i:e + 1].tolist()
@@ -448,22 +456,19 @@ class Store:
         # Deletes emptied part of the slice: walk on through the merged keys and the buffer.
         return list(itertools.islice(self._iter_from(st, k, None), count))
 
-    def scan_many(self, start_keys: Any, count: int) -> list[list[tuple[bytes, bytes]]]:
-        """:meth:`scan` for many start keys (the seeks run in one Numba call)."""
+    def scan_many(self, start_keys: Any, count: int | Sequence[int]) -> list[list[tuple[bytes, bytes]]]:
+        """:meth:`scan` for many start keys, the seeks in one Numba call; ``count`` is one
+        count for all, or one per start key."""
         self._check_open()
         st = self._st
         batch, klist = self._as_batch(start_keys)
-        if st.buf:
-            return [self.scan(k, count) for k in (klist or [batch.key(i) for i in range(len(batch))])]
+        counts = [self._count(count)] * len(batch) if isinstance(count, int) else [self._count(c) for c in count]
+        if len(counts) != len(batch):
+            raise ValueError(f"{len(batch)} start keys but {len(counts)} counts")
         pos = st.search(batch, False).tolist()
-        ab = st.ab
-        n = st.nkeys()
-        out = []
-        for p in pos:
-            e = min(n, p + count)
-            ol = st.offsets[p:e + 1].tolist()
-            out.append(list(zip([ab[ol[j]:ol[j + 1]] for j in range(e - p)], st.values[p:e])))
-        return out
+        if klist is None:
+            klist = [batch.key(i) for i in range(len(batch))]
+        return list(map(self._scan_at, itertools.repeat(st), klist, pos, counts))
 
     def range(self, lo: Any, hi: Any) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs with ``lo <= key < hi``, in key order."""
@@ -536,11 +541,23 @@ class Store:
         if not self.delete(key):
             raise KeyError(key)
 
+    def _key_list(self, keys: Any) -> list[bytes]:
+        """``keys`` as a list of checked ``bytes`` (the list itself when it already is one)."""
+        if isinstance(keys, KeyBatch):
+            return [keys.key(i) for i in range(len(keys))]
+        if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
+            keys = keys.tolist()  # numpy 'S' items lose trailing NUL bytes
+        klist = keys if isinstance(keys, list) else list(keys)
+        if klist and set(map(type, klist)) == {bytes} and min(map(len, klist)) >= 1 \
+                and max(map(len, klist)) <= self.max_key_len:
+            return klist
+        return [self._key(k) for k in klist]
+
     def put_many(self, keys: Any, values: Sequence[Any]) -> None:
         """Insert/update many pairs as one atomic, durable batch."""
         self._check_open()
-        klist = self._as_batch(keys)[1] if not isinstance(keys, KeyBatch) else [keys.key(i) for i in range(len(keys))]
-        vlist = [self._value(v) for v in values]
+        klist = self._key_list(keys)
+        vlist = values if isinstance(values, list) and set(map(type, values)) <= {bytes} else [self._value(v) for v in values]
         if len(klist) != len(vlist):
             raise ValueError(f"{len(klist)} keys but {len(vlist)} values")
         bulk = self._st.nkeys() == 0 and not self._st.buf and len(klist) >= self.group_size
@@ -572,6 +589,9 @@ class Store:
             if len(out) != nreads:
                 raise ValueError(f"{len(out)} keys but {nreads} values")
             return out
+        if not nreads:  # writes only: put_many (bulk-loads an empty store)
+            self.put_many(keys, vlist)
+            return [None] * len(vlist)
         batch, klist = self._as_batch(keys)
         klist = klist if klist is not None else [batch.key(i) for i in range(len(batch))]
         if len(klist) != len(vlist):
@@ -579,9 +599,6 @@ class Store:
         if not set(map(type, vlist)) <= {bytes, type(None)}:
             vlist = [v if v is None else self._value(v) for v in vlist]
         out: list = [None] * len(klist)
-        if not nreads:  # writes only: put_many (bulk-loads an empty store)
-            self.put_many(klist, vlist)
-            return out
         writes = list(itertools.compress(range(len(vlist)), map(operator.is_not, vlist, itertools.repeat(None))))
         with self._wlock:  # no merge can swap the arrays under the precomputed indexes
             self._check_open()

@@ -41,8 +41,10 @@ class Adapter:
         for k, v in zip(keys, values):
             self.put(k, v)
 
-    def scan_many(self, keys: Sequence[bytes], n: int) -> list:
-        return [self.scan(k, n) for k in keys]
+    def scan_many(self, keys: Sequence[bytes], n: int | Sequence[int]) -> list:
+        """Scans of ``n`` pairs from each key (``n``: one count, or one per key)."""
+        counts = itertools.repeat(n) if isinstance(n, int) else n
+        return [self.scan(k, c) for k, c in zip(keys, counts)]
 
     def apply_many(self, keys: Sequence[bytes], values: Sequence[bytes | None]) -> list:
         """Reads (value None) and writes in order; read results where reads were, else None.
@@ -78,7 +80,8 @@ def warm_up_learned_index() -> None:
         db.put_many(keys, keys)
         db.retrain_now()
         db.put(b"warm-extra", b"v")
-        db.get(keys[3]), db.get_many(keys), db.scan(keys[0], 5), db.scan_many(keys[:4], 3), list(db.range(keys[0], keys[9]))
+        db.get(keys[3]), db.get_many(keys), db.scan(keys[0], 5), list(db.range(keys[0], keys[9]))
+        db.scan_many(keys[:4], 3), db.scan_many(keys[:4], [1, 2, 3, 4])
 
 
 class LearnedIndexAdapter(Adapter):

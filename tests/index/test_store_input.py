@@ -102,3 +102,14 @@ def test_small_batches_check_keys_too(db):
     with pytest.raises(KeyTypeError):
         db.get_many([b"a", 1])
     assert db.get_many([]) == []
+
+
+def test_scan_many_counts_are_checked(db):
+    db.put_many([b"a", b"b", b"c"], [b"1", b"2", b"3"])
+    assert db.scan_many([b"a", b"b"], [0, 5]) == [[], [(b"b", b"2"), (b"c", b"3")]]
+    with pytest.raises(ValueError, match="2 start keys but 1 counts"):
+        db.scan_many([b"a", b"b"], [1])
+    with pytest.raises(ValueError):
+        db.scan_many([b"a"], [-1])
+    with pytest.raises(TypeError):
+        db.scan_many([b"a"], 1.5)

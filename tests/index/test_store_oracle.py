@@ -78,6 +78,15 @@ class StoreMachine(RuleBasedStateMachine):
         i = bisect.bisect_left(s, k)
         assert self.db.scan(k, n) == [(x, self.ref[x]) for x in s[i:i + n]]
 
+    @rule(starts=st.lists(st.tuples(keys, st.integers(0, 25)), max_size=25), same=st.booleans())
+    def scan_many(self, starts, same):
+        # Deletes and inserts still in the buffer are folded into every scan of the batch.
+        s = sorted(self.ref)
+        ks = [k for k, _ in starts]
+        counts = 7 if same else [n for _, n in starts]
+        expect = [[(x, self.ref[x]) for x in s[bisect.bisect_left(s, k):][:7 if same else n]] for k, n in starts]
+        assert self.db.scan_many(ks, counts) == expect
+
     @rule(a=keys, b=keys)
     def range_(self, a, b):
         lo, hi = min(a, b), max(a, b)

