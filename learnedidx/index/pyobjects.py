@@ -9,7 +9,7 @@ of a store's value list lets lookups prefetch the value they are about to return
 Both rely on CPython's object layout (a list's ``ob_item`` pointer after its header, a
 ``bytes`` object's size and characters at fixed offsets), which is checked on real
 objects before use: where it does not hold, :func:`items_address` returns 0 and
-:data:`BYTES_LAYOUT_OK` is False, and callers take their pure-Python paths.  The kernels
+:data:`LAYOUT_OK` is False, and callers take their pure-Python paths.  The kernels
 only read, and hold the GIL, so no other thread can resize the list or free an item
 while they run.
 """
@@ -32,24 +32,32 @@ _BYTES_AT = 4 * _PTR  # PyBytesObject: ..., ob_shash, ob_sval
 BYTES_TYPE = id(bytes)
 
 
-def _bytes_layout_ok() -> bool:
+_ITEMS_AT = 3 * _PTR  # PyListObject: PyObject_VAR_HEAD, ob_item
+
+
+def _layout_ok() -> bool:
+    """Whether bytes and lists look here as the kernels below read them."""
+    if sys.implementation.name != "cpython" or _PTR != 8:
+        return False
     probe = b"learnedidx layout probe \x00\xff"
-    addr = id(probe)
-    return (sys.implementation.name == "cpython" and _PTR == 8
-            and ctypes.c_void_p.from_address(addr + _TYPE_AT).value == BYTES_TYPE
-            and ctypes.c_ssize_t.from_address(addr + _SIZE_AT).value == len(probe)
-            and ctypes.string_at(addr + _BYTES_AT, len(probe)) == probe)
+    lst = [probe, b"x", probe]
+    items = ctypes.c_void_p.from_address(id(lst) + _ITEMS_AT).value
+    return (ctypes.c_void_p.from_address(id(probe) + _TYPE_AT).value == BYTES_TYPE
+            and ctypes.c_ssize_t.from_address(id(probe) + _SIZE_AT).value == len(probe)
+            and ctypes.string_at(id(probe) + _BYTES_AT, len(probe)) == probe
+            and ctypes.c_ssize_t.from_address(id(lst) + _SIZE_AT).value == 3
+            and [ctypes.c_void_p.from_address(items + i * _PTR).value for i in range(3)] == list(map(id, lst)))
 
 
-BYTES_LAYOUT_OK = _bytes_layout_ok()
+LAYOUT_OK = _layout_ok()
 
 
 def items_address(lst: list) -> int:
     """Address of a list's item array (``ob_item``, after the object header); 0 unless
     the layout checks out on this list.  Valid while the list lives and is not resized."""
-    if not lst or sys.implementation.name != "cpython":
+    if not lst or not LAYOUT_OK:
         return 0
-    addr = ctypes.c_void_p.from_address(id(lst) + 3 * _PTR).value
+    addr = ctypes.c_void_p.from_address(id(lst) + _ITEMS_AT).value
     ok = addr and all(ctypes.c_void_p.from_address(addr + i * _PTR).value == id(lst[i])
                       for i in (0, len(lst) - 1))
     return addr if ok else 0
@@ -76,13 +84,18 @@ _AHEAD = 8  # objects prefetched ahead of the one being read
 
 
 @njit(cache=True)  # holds the GIL on purpose: see the module docstring
-def pack_bytes_list(items, n, max_len, bytes_type):
-    """``(arena, offsets, bad)`` of the ``n`` objects at item array ``items``: their bytes
-    one after another, key i at ``arena[offsets[i]:offsets[i+1]]``.  ``bad`` is -1, or the
-    index of the first object that is not exactly ``bytes`` or whose length is outside
-    ``1..max_len`` (then arena and offsets are incomplete).  ``bytes_type`` is
-    :data:`BYTES_TYPE`, passed in because compiled code is cached across processes and the
-    type's address differs between them."""
+def pack_bytes_list(lst, max_len, bytes_type):
+    """``(arena, offsets, bad)`` of the items of the list at address ``lst``: their bytes
+    one after another, item i at ``arena[offsets[i]:offsets[i+1]]``.  ``bad`` is -1, or the
+    index of the first item that is not exactly ``bytes`` or whose length is outside
+    ``1..max_len`` (then arena and offsets are incomplete).
+
+    The list's size and item array are read here, under the GIL, so that no other thread
+    can resize it between that and the copy.  ``bytes_type`` is :data:`BYTES_TYPE`, passed
+    in because compiled code is cached across processes and the type's address differs
+    between them."""
+    n = load_word(lst + _SIZE_AT)
+    items = load_word(lst + _ITEMS_AT)
     offsets = np.empty(n + 1, np.int64)
     offsets[0] = 0
     total = 0

@@ -309,11 +309,10 @@ class Store:
         if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
             keys = keys.tolist()  # numpy 'S' items lose trailing NUL bytes
         klist = keys if isinstance(keys, list) else list(keys)
-        items = P.items_address(klist) if P.BYTES_LAYOUT_OK and len(klist) > 16 else 0
-        if items:
+        if P.LAYOUT_OK and len(klist) > 16:
             # One compiled pass over the list's items (the usual case: all exact bytes of
             # valid lengths); anything else takes the checking path below.
-            arena, offsets, bad = P.pack_bytes_list(items, len(klist), self.max_key_len, P.BYTES_TYPE)
+            arena, offsets, bad = P.pack_bytes_list(id(klist), self.max_key_len, P.BYTES_TYPE)
             if bad < 0:
                 return KeyBatch(arena, offsets), klist
         # Cache-sized chunks: each key object is touched by three passes (type, length,

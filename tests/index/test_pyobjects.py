@@ -6,11 +6,11 @@ from hypothesis import strategies as st
 
 from learnedidx.index import pyobjects as P
 
-pytestmark = pytest.mark.skipif(not P.BYTES_LAYOUT_OK, reason="not CPython's bytes layout")
+pytestmark = pytest.mark.skipif(not P.LAYOUT_OK, reason="not CPython's bytes layout")
 
 
 def _pack(keys, max_len=4096):
-    return P.pack_bytes_list(P.items_address(keys), len(keys), max_len, P.BYTES_TYPE)
+    return P.pack_bytes_list(id(keys), max_len, P.BYTES_TYPE)
 
 
 @settings(max_examples=200, deadline=None)
@@ -42,3 +42,8 @@ def test_pack_checks_lengths():
 
 def test_items_address_is_zero_for_an_empty_list():
     assert P.items_address([]) == 0
+
+
+def test_pack_an_empty_list():
+    arena, offsets, bad = _pack([])
+    assert bad == -1 and arena.size == 0 and offsets.tolist() == [0]
