@@ -29,10 +29,8 @@ _PTR = ctypes.sizeof(ctypes.c_void_p)
 _TYPE_AT = _PTR  # PyObject: ob_refcnt, ob_type
 _SIZE_AT = 2 * _PTR  # PyVarObject: ob_size
 _BYTES_AT = 4 * _PTR  # PyBytesObject: ..., ob_shash, ob_sval
-BYTES_TYPE = id(bytes)
-
-
 _ITEMS_AT = 3 * _PTR  # PyListObject: PyObject_VAR_HEAD, ob_item
+BYTES_TYPE = id(bytes)
 
 
 def _layout_ok() -> bool:

@@ -20,7 +20,6 @@ before it started.  Merges build new arrays and swap them in atomically.
 """
 from __future__ import annotations
 
-import array
 import bisect
 import contextlib
 import functools
@@ -46,7 +45,6 @@ log = logging.getLogger(__name__)
 
 _TOMB = object()  # delta-buffer marker of a deleted key
 _MISSING = object()
-_BATCH_CHUNK = 2048  # keys per pass when packing a batch (see Store._as_batch)
 
 
 @functools.cache
@@ -80,6 +78,10 @@ class KeyBatch:
 
     def key(self, i: int) -> bytes:
         return self.arena[self.offsets[i]:self.offsets[i + 1]].tobytes()
+
+    def keys(self) -> list[bytes]:
+        ab, ol = self.arena.tobytes(), self.offsets.tolist()
+        return [ab[ol[i]:ol[i + 1]] for i in range(len(ol) - 1)]
 
 
 @dataclass
@@ -303,43 +305,37 @@ class Store:
     def __len__(self) -> int:
         return self._st.size
 
+    @staticmethod
+    def _listed(keys: Any) -> list:
+        if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
+            return keys.tolist()  # numpy 'S' items lose trailing NUL bytes
+        return keys if isinstance(keys, list) else list(keys)
+
+    def _key_list(self, keys: Any) -> list[bytes]:
+        """``keys`` as a list of checked ``bytes`` (the list itself when it already is one)."""
+        if isinstance(keys, KeyBatch):
+            return keys.keys()
+        klist = self._listed(keys)
+        if klist and set(map(type, klist)) == {bytes} and min(map(len, klist)) >= 1 \
+                and max(map(len, klist)) <= self.max_key_len:
+            return klist
+        return [self._key(k) for k in klist]
+
     def _as_batch(self, keys: Any) -> tuple[KeyBatch, list[bytes] | None]:
+        """``keys`` packed for the search kernels, and as a list of checked ``bytes`` (None
+        when they came as a :class:`KeyBatch`)."""
         if isinstance(keys, KeyBatch):
             return keys, None
-        if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
-            keys = keys.tolist()  # numpy 'S' items lose trailing NUL bytes
-        klist = keys if isinstance(keys, list) else list(keys)
+        klist = self._listed(keys)
         if P.LAYOUT_OK and len(klist) > 16:
             # One compiled pass over the list's items (the usual case: all exact bytes of
             # valid lengths); anything else takes the checking path below.
             arena, offsets, bad = P.pack_bytes_list(id(klist), self.max_key_len, P.BYTES_TYPE)
             if bad < 0:
                 return KeyBatch(arena, offsets), klist
-        # Cache-sized chunks: each key object is touched by three passes (type, length,
-        # copy), which then hit the cache instead of memory (half the cost on big batches).
-        arenas, lens = [], array.array("q")
-        checked: list[bytes] | None = None  # klist with non-bytes keys converted, once one is seen
-        for s in range(0, len(klist), _BATCH_CHUNK):
-            chunk = klist[s:s + _BATCH_CHUNK]
-            if set(map(type, chunk)) != {bytes}:
-                chunk = [self._key(k) for k in chunk]
-                checked = klist[:s] if checked is None else checked
-            if checked is not None:
-                checked.extend(chunk)
-            lens.extend(map(len, chunk))
-            arenas.append(b"".join(chunk))
-        if len(lens) <= 64:  # plain Python beats numpy's fixed cost per call on small batches
-            shortest, longest = min(lens, default=1), max(lens, default=1)
-            offsets = np.array([0, *itertools.accumulate(lens)], np.int64)
-        else:
-            lens_np = np.frombuffer(lens, np.int64)
-            shortest, longest = lens_np.min(), lens_np.max()
-            offsets = np.zeros(len(klist) + 1, np.int64)
-            np.cumsum(lens_np, out=offsets[1:])
-        if shortest < 1 or longest > self.max_key_len:
-            bad = int(shortest if shortest < 1 else longest)
-            raise KeyLengthError(f"key length {bad} outside 1..{self.max_key_len} bytes")
-        return KeyBatch(np.frombuffer(b"".join(arenas), np.uint8), offsets), klist if checked is None else checked
+        klist = self._key_list(klist)
+        offsets = np.fromiter(itertools.accumulate(map(len, klist), initial=0), np.int64, len(klist) + 1)
+        return KeyBatch(np.frombuffer(b"".join(klist), np.uint8), offsets), klist
 
     def get_many(self, keys: Any) -> list:
         """Values of many keys (None where absent); the index search runs in one Numba call.
@@ -352,7 +348,7 @@ class Store:
         batch, klist = self._as_batch(keys)
         idx = st.search(batch, True)
         if st.buf and klist is None:
-            klist = [batch.key(i) for i in range(len(batch))]
+            klist = batch.keys()
         return self._values_at(st, idx.tolist(), klist)
 
     @staticmethod
@@ -466,7 +462,7 @@ class Store:
             raise ValueError(f"{len(batch)} start keys but {len(counts)} counts")
         pos = st.search(batch, False).tolist()
         if klist is None:
-            klist = [batch.key(i) for i in range(len(batch))]
+            klist = batch.keys()
         return list(map(self._scan_at, itertools.repeat(st), klist, pos, counts))
 
     def range(self, lo: Any, hi: Any) -> Iterator[tuple[bytes, bytes]]:
@@ -540,18 +536,6 @@ class Store:
         if not self.delete(key):
             raise KeyError(key)
 
-    def _key_list(self, keys: Any) -> list[bytes]:
-        """``keys`` as a list of checked ``bytes`` (the list itself when it already is one)."""
-        if isinstance(keys, KeyBatch):
-            return [keys.key(i) for i in range(len(keys))]
-        if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
-            keys = keys.tolist()  # numpy 'S' items lose trailing NUL bytes
-        klist = keys if isinstance(keys, list) else list(keys)
-        if klist and set(map(type, klist)) == {bytes} and min(map(len, klist)) >= 1 \
-                and max(map(len, klist)) <= self.max_key_len:
-            return klist
-        return [self._key(k) for k in klist]
-
     def put_many(self, keys: Any, values: Sequence[Any]) -> None:
         """Insert/update many pairs as one atomic, durable batch."""
         self._check_open()
@@ -592,7 +576,7 @@ class Store:
             self.put_many(keys, vlist)
             return [None] * len(vlist)
         batch, klist = self._as_batch(keys)
-        klist = klist if klist is not None else [batch.key(i) for i in range(len(batch))]
+        klist = klist if klist is not None else batch.keys()
         if len(klist) != len(vlist):
             raise ValueError(f"{len(klist)} keys but {len(vlist)} values")
         if not set(map(type, vlist)) <= {bytes, type(None)}:
