@@ -446,7 +446,9 @@ class Store:
             elif v is not _TOMB:
                 keys.insert(j, bk)
                 vals.insert(j, v)
-        if len(keys) >= count or (e == n and len(pending) < limit):
+        # Without a last key (the merged keys ran out first) pending holds every buffered key
+        # from k on, unless it hit the limit; with one, buffered keys past it were not read.
+        if len(keys) >= count or (last is None and len(pending) < limit):
             return list(zip(keys[:count], vals[:count]))
         # Deletes emptied part of the slice: walk on through the merged keys and the buffer.
         return list(itertools.islice(self._iter_from(st, k, None), count))

@@ -142,6 +142,19 @@ def test_iteration_and_scans_on_many_keys():
         assert [[k for k, _ in r] for r in res] == [ks[i:i + 10] for i in range(0, len(ks), 1999)]
 
 
+def test_scan_reaching_the_last_merged_key_reads_buffered_keys_past_it():
+    # The slice of merged keys ends exactly at the last one and a buffered delete empties
+    # part of it: the pairs still owed come from buffered inserts past that last key.
+    with learnedidx.open(retrain="off") as db:
+        db.put_many([b"\x00", b"\x00\x00", b"\x00\x00\x00"], [b"", b"", b""])
+        db.retrain_now()
+        db.delete(b"\x00")
+        db.put(b"user\x00", b"u")
+        expect = [(b"\x00\x00", b""), (b"\x00\x00\x00", b""), (b"user\x00", b"u")]
+        assert db.scan(b"\x00", 3) == expect
+        assert db.scan_many([b"\x00"], [3]) == [expect]
+
+
 def test_numpy_key_arrays():
     with learnedidx.open(retrain="off") as db:
         db.put_many(np.array([b"a1", b"b2", b"c3"], dtype=object), [b"1", b"2", b"3"])
