@@ -335,7 +335,10 @@ def test_scans_fold_buffered_inserts_updates_and_deletes():
 
 def test_updates_in_place_are_not_lost_to_concurrent_merges():
     # Updates of merged keys are written in place; inserts keep the background merger busy
-    # rebuilding the arrays meanwhile. Every key must end with its last value.
+    # rebuilding the arrays meanwhile. Every key must end with its last value. The inserted
+    # keys are new in every round (each right after a merged key), so the merger has work
+    # however fast the rounds go: odd keys below 40,000 ran out after ~80 rounds, and a fast
+    # writer could insert them all before the sixth merge.
     ks = [b"u%06d" % i for i in range(0, 40000, 2)]
     with learnedidx.open(retrain="background", retrain_interval=0.001, buffer_threshold=2, group_size=256) as db:
         db.put_many(ks, [b"0"] * len(ks))
@@ -346,7 +349,7 @@ def test_updates_in_place_are_not_lost_to_concurrent_merges():
             for j, k in enumerate(ks):
                 db.put(k, b"%d" % r)
                 if j % 40 == 0:
-                    nk = b"u%06d" % ((4 * j + 2 * r + 1) % 40000)  # odd: a new key
+                    nk = k + b".%03d" % r  # a new key
                     db.put(nk, b"new")
                     inserted.add(nk)
             assert db.get_many(ks[::97]) == [b"%d" % r] * len(ks[::97])
