@@ -81,9 +81,16 @@ finally:
     s.close()
 if not reply.get("ok"):
     err = reply.get("error") or {}
-    states = {"permission-denied": "42501", "undefined-table": "42P01", "undefined-column": "42703",
-              "bad-data": "22023", "bad-request": "22023", "unsupported-type": "42804", "auth": "28000",
-              "not-supported": "0A000"}
+    # learnedidx.errors.SQLSTATES (tests/test_errors.py checks that they agree)
+    states = {"auth": "28000", "bad-data": "22023", "bad-parameter": "22023", "bad-request": "22023",
+              "cache-miss": "55000", "cancelled": "57014", "config": "22023", "corrupt-log": "XX001",
+              "device": "58000", "dsl": "42601", "internal": "XX000", "key-length": "22023",
+              "key-type": "42804", "login": "28000", "not-supported": "0A000", "permission-denied": "42501",
+              "protocol": "08P01", "snapshot": "25000", "store-closed": "55000", "store-locked": "55006",
+              "strider-fallback": "0A000", "too-large": "54000", "trace-format": "22P02",
+              "unavailable": "08006", "undefined-column": "42703", "undefined-table": "42P01",
+              "unknown-algorithm": "42704", "unknown-op": "42883", "unsupported-type": "42804",
+              "workload": "22023"}
     plpy.error("learnedidx: %s" % err.get("message", "unknown error"),
                sqlstate=states.get(err.get("kind"), "XX000"))
 return json.dumps(reply.get("result") or {})

@@ -1,58 +1,76 @@
-"""Typed errors raised by learnedidx.
+"""Every error learnedidx raises, in one table.
 
-Every error a user can provoke with bad input derives from :class:`LearnedIdxError`
-and, where Python has a natural builtin, from that builtin too, so that
-``except TypeError`` / ``except ValueError`` keep working.
+Each class declares once its wire ``kind`` (what the accelerator server puts in an error
+reply) and its ``sqlstate`` (what the PostgreSQL extension raises for it), as keyword
+arguments of the class statement; :meth:`LearnedIdxError.__init_subclass__` registers the
+kind, so the server's dispatch, the client and the extension share one mapping
+(:data:`SQLSTATES`, :func:`error_class`).  Errors a user can provoke with bad input also
+derive from the natural builtin, so that ``except TypeError`` / ``except ValueError`` keep
+working.  SQLSTATE ``XX000`` (internal_error) is kept for real bugs.
 """
 from __future__ import annotations
+
+from typing import ClassVar
+
+#: wire kind -> SQLSTATE, filled by the class statements below.
+SQLSTATES: dict[str, str] = {}
+_CLASSES: dict[str, type["LearnedIdxError"]] = {}
 
 
 class LearnedIdxError(Exception):
     """Base class of every error raised by learnedidx."""
 
+    kind: ClassVar[str] = "internal"
+    sqlstate: ClassVar[str] = "XX000"
 
-class KeyTypeError(LearnedIdxError, TypeError):
+    def __init_subclass__(cls, kind: str | None = None, sqlstate: str | None = None, **kw) -> None:
+        super().__init_subclass__(**kw)
+        if kind is None:  # a subclass that refines its parent's message only
+            if sqlstate is not None:
+                raise TypeError(f"{cls.__name__} declares a SQLSTATE without a kind")
+            return
+        if kind in _CLASSES:
+            raise TypeError(f"error kind {kind!r} declared twice ({_CLASSES[kind].__name__}, {cls.__name__})")
+        cls.kind = kind
+        cls.sqlstate = sqlstate or cls.sqlstate
+        if len(cls.sqlstate) != 5:
+            raise TypeError(f"{cls.__name__}: a SQLSTATE has five characters, not {cls.sqlstate!r}")
+        _CLASSES[kind] = cls
+        SQLSTATES[kind] = cls.sqlstate
+
+
+SQLSTATES[LearnedIdxError.kind] = LearnedIdxError.sqlstate
+_CLASSES[LearnedIdxError.kind] = LearnedIdxError
+
+
+def error_class(kind: str) -> type[LearnedIdxError]:
+    """The class registered for wire ``kind`` (:class:`LearnedIdxError` for unknown kinds)."""
+    return _CLASSES.get(kind, LearnedIdxError)
+
+
+def kind_of(exc: BaseException) -> str:
+    """The wire kind of any exception: its class's for learnedidx errors, ``internal`` else."""
+    return exc.kind if isinstance(exc, LearnedIdxError) else LearnedIdxError.kind
+
+
+# ------------------------------------------------------------------ configuration and input
+class ConfigError(LearnedIdxError, ValueError, kind="config", sqlstate="22023"):
+    """An option or parameter had an invalid value."""
+
+
+class KeyTypeError(LearnedIdxError, TypeError, kind="key-type", sqlstate="42804"):
     """A key or value had a type other than bytes-like (or str for keys)."""
 
 
-class KeyLengthError(LearnedIdxError, ValueError):
+class KeyLengthError(LearnedIdxError, ValueError, kind="key-length", sqlstate="22023"):
     """A key was empty or longer than the store's ``max_key_len``."""
 
 
-class StoreClosedError(LearnedIdxError, RuntimeError):
-    """An operation was attempted on a closed store."""
-
-
-class CorruptLogError(LearnedIdxError):
-    """A write-ahead log or checkpoint could not be read (raised only where recovery cannot cut a tail)."""
-
-
-class ConfigError(LearnedIdxError, ValueError):
-    """An option had an invalid value."""
-
-
-class ProtocolError(LearnedIdxError):
-    """A malformed or unsupported accelerator-server message."""
-
-
-class ServerUnavailableError(LearnedIdxError, ConnectionError):
-    """The accelerator server could not be reached or died mid-request."""
-
-
-class RemoteError(LearnedIdxError):
-    """The accelerator server answered a request with an error reply."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(f"{kind}: {message}")
-        self.kind = kind
-        self.message = message
-
-
-class WorkloadError(LearnedIdxError, ValueError):
+class WorkloadError(LearnedIdxError, ValueError, kind="workload", sqlstate="22023"):
     """A workload definition, property file or trace was invalid."""
 
 
-class TraceFormatError(WorkloadError):
+class TraceFormatError(WorkloadError, kind="trace-format", sqlstate="22P02"):
     """A malformed line in a cache trace (carries the line number)."""
 
     def __init__(self, lineno: int, message: str) -> None:
@@ -60,5 +78,134 @@ class TraceFormatError(WorkloadError):
         self.lineno = lineno
 
 
+# ------------------------------------------------------------------ the store
+class StoreClosedError(LearnedIdxError, RuntimeError, kind="store-closed", sqlstate="55000"):
+    """An operation was attempted on a closed store."""
+
+
+class StoreLockedError(LearnedIdxError, RuntimeError, kind="store-locked", sqlstate="55006"):
+    """Another process has the store directory open."""
+
+
+class CorruptLogError(LearnedIdxError, kind="corrupt-log", sqlstate="XX001"):
+    """A write-ahead log or checkpoint could not be read."""
+
+
+class LogRecoveryWarning(RuntimeWarning):
+    """A torn log tail (an interrupted last write) was cut during recovery."""
+
+
+# ------------------------------------------------------------------ the accelerator server
+class ProtocolError(LearnedIdxError, kind="protocol", sqlstate="08P01"):
+    """A malformed or unsupported accelerator-server message."""
+
+
+class TooLargeError(ProtocolError, kind="too-large", sqlstate="54000"):
+    """A request or its arrays exceed the server's limits."""
+
+
+class ServerUnavailableError(LearnedIdxError, ConnectionError, kind="unavailable", sqlstate="08006"):
+    """The accelerator server could not be reached or died mid-request."""
+
+
+class AuthError(LearnedIdxError, kind="auth", sqlstate="28000"):
+    """A request on the server's TCP listener without the right token."""
+
+
+class BadRequestError(LearnedIdxError, ValueError, kind="bad-request", sqlstate="22023"):
+    """A request the server cannot act on (missing or ill-typed arguments)."""
+
+
+class UnknownOperationError(LearnedIdxError, kind="unknown-op", sqlstate="42883"):
+    """A request named an operation the server does not offer."""
+
+
+class CacheMiss(LearnedIdxError, KeyError, kind="cache-miss", sqlstate="55000"):
+    """``train.incremental`` named a group/version whose R the device does not hold."""
+
+
+class DeviceError(LearnedIdxError, kind="device", sqlstate="58000"):
+    """The training device failed (a fault of the device, not of the request)."""
+
+
+class RemoteError(LearnedIdxError):
+    """The accelerator server answered a request with an error reply of ``kind``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind  # type: ignore[misc]  # the reply's kind, per instance
+        self.sqlstate = SQLSTATES.get(kind, LearnedIdxError.sqlstate)  # type: ignore[misc]
+        self.message = message
+
+
+#: Reply kinds that say the server or its device failed, not that the request was wrong.
+_FAILURE_KINDS = frozenset({"internal", "device", "unavailable", "protocol", "too-large", "cache-miss"})
+
+
+def is_offload_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` says an offload target (the server, a device) failed, so that the
+    work may be done in-process instead; a wrong request or configuration is not one."""
+    if isinstance(exc, RemoteError):
+        return exc.kind in _FAILURE_KINDS
+    return isinstance(exc, (ServerUnavailableError, ProtocolError, DeviceError))
+
+
+# ------------------------------------------------------------------ in-database ML
 class InDBError(LearnedIdxError):
     """An in-database training or prediction request failed."""
+
+
+class TrainingDataError(InDBError, ValueError, kind="bad-data", sqlstate="22023"):
+    """The training data cannot be used (empty, NaN/Inf, wrong shape or labels)."""
+
+
+class CopyFormatError(TrainingDataError):
+    """A COPY BINARY stream did not decode."""
+
+
+class ParameterError(InDBError, ValueError, kind="bad-parameter", sqlstate="22023"):
+    """A training parameter has a value the algorithm does not accept."""
+
+
+class DSLError(InDBError, ValueError, kind="dsl", sqlstate="42601"):
+    """An algorithm's source is not valid DSL, or cannot be compiled for the data."""
+
+
+class UnknownAlgorithmError(InDBError, kind="unknown-algorithm", sqlstate="42704"):
+    """No built-in or registered algorithm has the name asked for."""
+
+
+class NotSupportedError(InDBError, kind="not-supported", sqlstate="0A000"):
+    """A MADlib option this engine does not implement."""
+
+
+class CancelledError(InDBError, kind="cancelled", sqlstate="57014"):
+    """The caller gave up (its statement was cancelled): training stopped between rounds."""
+
+
+class SnapshotError(InDBError, kind="snapshot", sqlstate="25000"):
+    """The caller's snapshot or role could not be taken on."""
+
+
+class PermissionDeniedError(InDBError, kind="permission-denied", sqlstate="42501"):
+    """The caller may not read what it asked to train on."""
+
+
+class UndefinedTableError(InDBError, kind="undefined-table", sqlstate="42P01"):
+    """The training source does not exist."""
+
+
+class UndefinedColumnError(InDBError, kind="undefined-column", sqlstate="42703"):
+    """A named column does not exist in the training source."""
+
+
+class UnsupportedTypeError(InDBError, kind="unsupported-type", sqlstate="42804"):
+    """A column's type cannot be used as a label or feature."""
+
+
+class LoginError(InDBError, kind="login", sqlstate="28000"):
+    """The server could not log in to PostgreSQL as the caller."""
+
+
+class StriderFallback(InDBError, kind="strider-fallback", sqlstate="0A000"):
+    """The pages hold a visible tuple the Strider cannot decode; the COPY path reads it."""

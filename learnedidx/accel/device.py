@@ -10,7 +10,7 @@ import numpy as np
 
 from learnedidx.accel.config import DeviceConfig
 from learnedidx.accel.fpga import FpgaDatapath
-from learnedidx.errors import ConfigError
+from learnedidx.errors import BadRequestError, ConfigError
 
 
 class RCache:
@@ -107,14 +107,14 @@ class Device:
 
 def _validate(A, b, R_old, A_delta) -> None:
     if A.ndim != 2 or A.shape[0] < 1 or A.shape[1] < 1 or b.shape != (A.shape[0],):
-        raise ValueError("A must be N×n and b of length N")
+        raise BadRequestError("A must be N×n and b of length N")
     n = A.shape[1]
     if n > 1024:
-        raise ValueError(f"too many columns ({n})")
+        raise BadRequestError(f"too many columns ({n})")
     if R_old is not None and R_old.shape != (n, n):
-        raise ValueError("R_old must be n×n")
+        raise BadRequestError("R_old must be n×n")
     if A_delta is not None and (A_delta.ndim != 2 or A_delta.shape[1] != n):
-        raise ValueError("A_delta must have n columns")
+        raise BadRequestError("A_delta must have n columns")
     for arr in (A, b, R_old, A_delta):
         if arr is not None and not np.all(np.isfinite(arr)):
-            raise ValueError("arrays must be finite")
+            raise BadRequestError("arrays must be finite")

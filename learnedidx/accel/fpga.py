@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit
 
 from learnedidx.accel.config import DeviceConfig
+from learnedidx.errors import ConfigError
 
 #: Tikhonov rows included once in every full factorization: column j gets a row with
 #: ``RIDGE * ||A_j||`` (1.0 for an all-zero column).  Degenerate key columns (padding, bytes
@@ -169,7 +170,7 @@ class FpgaDatapath:
 
     def check(self, n_cols: int) -> None:
         if n_cols - 1 > self.cfg.max_features:
-            raise ValueError(f"{n_cols - 1} features exceed the device's {self.cfg.max_features}")
+            raise ConfigError(f"{n_cols - 1} features exceed the device's {self.cfg.max_features}")
 
     def full(self, A: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         """(R, coef, cycles) of the least-squares fit, computed as the device does."""

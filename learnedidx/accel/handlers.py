@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from learnedidx.errors import CacheMiss
 from learnedidx.server.registry import HandlerContext, handler
-
-
-class CacheMiss(KeyError):
-    """``train.incremental`` named a group/version whose R the device does not hold."""
-
-    kind = "cache-miss"
 
 
 def _f64(arrays: dict, name: str) -> np.ndarray:

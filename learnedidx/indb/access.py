@@ -16,31 +16,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from learnedidx.errors import InDBError
-
-
-class SnapshotError(InDBError):
-    kind = "snapshot"
-
-
-class PermissionDeniedError(InDBError):
-    kind = "permission-denied"
-
-
-class UndefinedTableError(InDBError):
-    kind = "undefined-table"
-
-
-class UndefinedColumnError(InDBError):
-    kind = "undefined-column"
-
-
-class UnsupportedTypeError(InDBError):
-    kind = "unsupported-type"
-
-
-class LoginError(InDBError):
-    kind = "auth"
+from learnedidx.errors import (InDBError, LoginError, PermissionDeniedError, SnapshotError, UndefinedColumnError,
+                               UndefinedTableError, UnsupportedTypeError)
 
 
 NUMERIC_TYPES = {"int2", "int4", "int8", "float4", "float8", "numeric", "bool", "oid"}

@@ -12,13 +12,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from learnedidx.errors import InDBError
+from learnedidx.errors import CopyFormatError
 
 SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
-
-
-class CopyFormatError(InDBError):
-    kind = "bad-data"
 
 
 @njit(cache=True, nogil=True, inline="always")

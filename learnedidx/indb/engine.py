@@ -12,31 +12,7 @@ from typing import Callable
 
 import numpy as np
 
-from learnedidx.errors import InDBError
-
-
-class TrainingDataError(InDBError, ValueError):
-    """The training data cannot be used (empty, NaN/Inf, wrong shape or labels)."""
-
-    kind = "bad-data"
-
-
-class ParameterError(InDBError, ValueError):
-    """A training parameter has a value the algorithm does not accept."""
-
-    kind = "bad-request"
-
-
-class NotSupportedError(InDBError):
-    """A MADlib option this engine does not implement."""
-
-    kind = "not-supported"
-
-
-class CancelledError(InDBError):
-    """The caller gave up (its statement was cancelled): training stopped between rounds."""
-
-    kind = "cancelled"
+from learnedidx.errors import CancelledError, InDBError, NotSupportedError, ParameterError, TrainingDataError
 
 
 StopCheck = Callable[[], bool] | None

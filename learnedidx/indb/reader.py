@@ -13,7 +13,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from learnedidx.errors import InDBError
+from learnedidx.errors import InDBError, StriderFallback
 from learnedidx.indb import copybinary, strider
 from learnedidx.indb.access import ARRAY_TYPES, RelationInfo
 
@@ -48,7 +48,7 @@ def read_training_data(conn: psycopg.Connection, rel: RelationInfo, dep: str | N
         if why is None:
             try:
                 return _read_strider(conn, page_conninfo, rel, dep, indep, connections)
-            except strider.StriderFallback as exc:
+            except StriderFallback as exc:
                 why = str(exc)
         if path == "strider":
             raise InDBError(f"the Strider cannot read {rel.name}: {why}")

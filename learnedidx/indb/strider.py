@@ -32,6 +32,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 from psycopg import sql
 
+from learnedidx.errors import StriderFallback
 from learnedidx.indb.access import RelationInfo
 
 PAGE_SIZE = 8192
@@ -63,10 +64,6 @@ HEAP_XMAX_INVALID = 0x0800
 HEAP_XMAX_IS_MULTI = 0x1000
 HEAP_MOVED = 0xC000
 FIRST_NORMAL_XID = 3
-
-
-class StriderFallback(Exception):
-    """The pages hold a visible tuple the Strider cannot decode; use the COPY path."""
 
 
 @dataclass

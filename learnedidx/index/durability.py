@@ -30,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from learnedidx.errors import ConfigError, CorruptLogError, LearnedIdxError
+from learnedidx.errors import ConfigError, CorruptLogError, LearnedIdxError, LogRecoveryWarning, StoreLockedError
 
 OP_PUT, OP_DELETE, OP_BATCH = 1, 2, 3
 SYNC_POLICIES = ("always", "batch", "off")
@@ -38,14 +38,6 @@ _REC = struct.Struct("<IIB")
 _SUB = struct.Struct("<BII")
 _CKPT_MAGIC = b"LXCK"
 _CKPT_HEAD = struct.Struct("<4sIQQQI")  # magic, version, n_keys, key_bytes, val_bytes, crc
-
-
-class LogRecoveryWarning(RuntimeWarning):
-    """A damaged log tail was cut during recovery."""
-
-
-class StoreLockedError(LearnedIdxError, RuntimeError):
-    """Another process has the store directory open."""
 
 
 @dataclass

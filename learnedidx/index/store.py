@@ -35,7 +35,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 from sortedcontainers import SortedDict
 
-from learnedidx.errors import ConfigError, KeyLengthError, KeyTypeError, StoreClosedError
+from learnedidx.errors import ConfigError, KeyLengthError, KeyTypeError, StoreClosedError, is_offload_failure
 from learnedidx.index import kernels as K
 from learnedidx.index import pyobjects as P
 from learnedidx.index.durability import OP_DELETE, OP_PUT, Durability
@@ -651,7 +651,7 @@ class Store:
                 log.warning("training backend %s answers again; offloading training to it", name)
                 self._trainer_failed = False
         except Exception as exc:
-            if backend is self._cpu:
+            if backend is self._cpu or not is_offload_failure(exc):
                 raise
             if not self._trainer_failed:
                 log.warning("training backend %s failed (%s); training in-process, retrying it every %g s",

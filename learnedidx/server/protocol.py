@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from learnedidx.errors import ProtocolError
+from learnedidx.errors import ProtocolError, TooLargeError
 
 MAGIC = b"LX"
 VERSION = 1
@@ -101,12 +101,6 @@ def export_arrays(arrays: dict[str, np.ndarray]) -> tuple[dict, list[Path]]:
         raise
     os.close(fd)
     return refs, [path]
-
-
-class TooLargeError(ProtocolError):
-    """A request's arrays exceed the receiver's limit (error kind ``too-large``)."""
-
-    kind = "too-large"
 
 
 def import_arrays(refs: dict, max_bytes: int | None = None) -> dict[str, np.ndarray]:

@@ -9,7 +9,7 @@ error reply; the server keeps serving.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -28,11 +28,10 @@ HANDLER_MODULES: tuple[str, ...] = (
 
 @dataclass
 class HandlerContext:
-    """Per-request facts and server-wide state a handler may use."""
+    """Per-request facts a handler may use."""
 
     server: Any  #: the running server object (stats, config, caches)
     peer: str = ""  #: description of the client connection
-    state: dict = field(default_factory=dict)  #: server-wide mutable state shared by handlers
 
 
 def handler(op: str) -> Callable[[Handler], Handler]:

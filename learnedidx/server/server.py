@@ -20,7 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from learnedidx.errors import ConfigError, ProtocolError
+from learnedidx.errors import (AuthError, BadRequestError, ConfigError, LearnedIdxError, ProtocolError,
+                               TooLargeError, UnknownOperationError, kind_of)
 from learnedidx.server import protocol as P
 from learnedidx.server import registry
 
@@ -51,7 +52,6 @@ class Server:
             if not config.token:
                 raise ConfigError("TCP listening needs a shared token")
         self.config = config
-        self.state: dict = {}
         self.started = time.time()
         self.stats = {"requests": 0, "errors": 0, "ops": {}, "connections": 0}
         self._stats_lock = threading.Lock()
@@ -145,7 +145,7 @@ class Server:
                     return
                 except ProtocolError as exc:
                     self._count(None, error=True)
-                    self._reply(conn, {"id": None, "ok": False, "error": {"kind": "protocol", "message": str(exc)}})
+                    self._reply(conn, {"id": None, "ok": False, "error": {"kind": exc.kind, "message": str(exc)}})
                     return  # framing is lost: close the connection
                 except OSError:
                     return
@@ -179,35 +179,42 @@ class Server:
     def _dispatch(self, req: dict, tcp: bool) -> tuple[dict, list]:
         rid = req.get("id")
         op = req.get("op")
-
-        def error(kind: str, msg: str) -> tuple[dict, list]:
-            self._count(op if isinstance(op, str) else None, error=True)
-            return {"id": rid, "ok": False, "error": {"kind": kind, "message": msg}}, []
-
-        if tcp and not (isinstance(req.get("token"), str) and hmac.compare_digest(req["token"], self.config.token or "")):
-            return error("auth", "missing or wrong token")
-        if not isinstance(op, str):
-            return error("bad-request", "request has no 'op'")
-        fn = registry.lookup(op)
-        if fn is None:
-            why = "".join(f"; handlers of {m} failed to load: {e}" for m, e in self.failed_modules.items()
-                          if op.split(".")[0] in m)
-            return error("unknown-op", f"unknown operation {op!r}{why}")
-        args = req.get("args") or {}
-        if not isinstance(args, dict):
-            return error("bad-request", "'args' must be an object")
         try:
-            arrays = P.import_arrays(req.get("arrays") or {}, self.config.max_array_bytes)
-        except ProtocolError as exc:
-            return error(getattr(exc, "kind", "bad-request"), str(exc))
-        ctx = registry.HandlerContext(server=self, peer="tcp" if tcp else "unix", state=self.state)
-        try:
-            result, out_arrays = fn(args, arrays, ctx)
+            if tcp and not (isinstance(req.get("token"), str)
+                            and hmac.compare_digest(req["token"], self.config.token or "")):
+                raise AuthError("missing or wrong token")
+            if not isinstance(op, str):
+                raise BadRequestError("request has no 'op'")
+            fn = registry.lookup(op)
+            if fn is None:
+                why = "".join(f"; handlers of {m} failed to load: {e}" for m, e in self.failed_modules.items()
+                              if op.split(".")[0] in m)
+                raise UnknownOperationError(f"unknown operation {op!r}{why}")
+            args = req.get("args") or {}
+            if not isinstance(args, dict):
+                raise BadRequestError("'args' must be an object")
+            try:
+                arrays = P.import_arrays(req.get("arrays") or {}, self.config.max_array_bytes)
+            except TooLargeError:
+                raise
+            except ProtocolError as exc:  # the frame was fine, its array refs are not
+                raise BadRequestError(str(exc)) from None
+            ctx = registry.HandlerContext(server=self, peer="tcp" if tcp else "unix")
+            try:
+                result, out_arrays = fn(args, arrays, ctx)
+            except (ValueError, KeyError, TypeError) as exc:
+                if isinstance(exc, LearnedIdxError):
+                    raise
+                # Handlers index and convert the request's JSON directly: a missing or
+                # ill-typed argument surfaces as one of these.
+                raise BadRequestError(f"{type(exc).__name__}: {exc}") from exc
         except Exception as exc:
-            kind = getattr(exc, "kind", None) or ("bad-request" if isinstance(exc, (ValueError, KeyError, TypeError)) else "internal")
+            kind = kind_of(exc)
             if kind == "internal":
                 log.exception("handler %s failed", op)
-            return error(kind, f"{type(exc).__name__}: {exc}")
+            self._count(op if isinstance(op, str) else None, error=True)
+            msg = str(exc) if isinstance(exc, LearnedIdxError) else f"{type(exc).__name__}: {exc}"
+            return {"id": rid, "ok": False, "error": {"kind": kind, "message": msg}}, []
         refs, paths = P.export_arrays(out_arrays or {})
         self._count(op)
         return {"id": rid, "ok": True, "result": result, "arrays": refs}, paths

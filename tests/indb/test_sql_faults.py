@@ -155,7 +155,7 @@ PLAIN = "CREATE TABLE f (y float8, x float8)"
     (PLAIN,
      "linregr_train('SELECT y FROM f; DROP TABLE f', 'f_m', 'y', 'y')", psycopg.Error, "source query"),
     (PLAIN,
-     "train('no_such_alg', 'f', 'y', 'x')", psycopg.errors.InvalidParameterValue, "unknown algorithm"),
+     "train('no_such_alg', 'f', 'y', 'x')", psycopg.errors.UndefinedObject, "unknown algorithm"),
 ])
 def test_bad_input_is_a_clear_error_and_leaves_no_model(db, setup, call, error, match):
     db.execute(setup)

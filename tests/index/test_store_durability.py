@@ -13,7 +13,8 @@ import pytest
 
 import learnedidx
 from learnedidx.errors import CorruptLogError
-from learnedidx.index.durability import Durability, LogRecoveryWarning, StoreLockedError
+from learnedidx.errors import LogRecoveryWarning, StoreLockedError
+from learnedidx.index.durability import Durability
 
 
 def _wal_files(path):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import learnedidx
-from learnedidx.errors import RemoteError, ServerUnavailableError
+from learnedidx.errors import RemoteError, ServerUnavailableError, TooLargeError
 from learnedidx.server import protocol as P
 from learnedidx.server.client import Client
 from learnedidx.server.process import spawn
@@ -256,7 +256,7 @@ def test_arrays_of_one_message_share_one_segment():
         back = P.import_arrays(refs)
         for k, a in arrays.items():
             assert back[k].dtype == a.dtype and np.array_equal(back[k], a)
-        with pytest.raises(P.TooLargeError):
+        with pytest.raises(TooLargeError):
             P.import_arrays(refs, max_bytes=64)
         with pytest.raises(ProtocolError):
             P.import_arrays({"A": {**refs["A"], "offset": 1 << 20}})

@@ -50,13 +50,7 @@ import numpy as np
 from numba import njit
 
 from learnedidx.accel.engine_model import KernelCost
-from learnedidx.errors import InDBError
-
-
-class DSLError(InDBError, ValueError):
-    """The algorithm's source is not valid DSL."""
-
-    kind = "bad-request"
+from learnedidx.errors import DSLError, UnknownAlgorithmError
 
 
 @njit(cache=True, nogil=True)
@@ -339,7 +333,7 @@ def get_algorithm(name: str) -> Algorithm:
     try:
         return _REGISTRY[name]
     except KeyError:
-        raise DSLError(f"unknown algorithm {name!r}: register it first") from None
+        raise UnknownAlgorithmError(f"unknown algorithm {name!r}: register it first") from None
 
 
 def train_registered(name_or_alg, data: dict, params: dict, *, threads: int = 2, seed: int = 0, stop=None):

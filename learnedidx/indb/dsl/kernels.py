@@ -16,8 +16,9 @@ import numpy as np
 from numba import njit
 
 from learnedidx.accel.engine_model import modelled_seconds
-from learnedidx.indb.dsl import Algorithm, DSLError, settings_for
-from learnedidx.indb.engine import TrainingDataError, TrainOutput, _check, _design, _partitions, rounds
+from learnedidx.errors import DSLError, TrainingDataError
+from learnedidx.indb.dsl import Algorithm, settings_for
+from learnedidx.indb.engine import TrainOutput, _check, _design, _partitions, rounds
 
 SCHEDULES = {"constant": 0, "invscaling": 1, "inverse": 2, "step": 0}
 

@@ -1,0 +1,59 @@
+"""The one error table: kinds, SQLSTATEs, and the copies other components keep of it."""
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+import learnedidx
+from learnedidx import errors
+
+EXTENSION_SQL = Path(__file__).resolve().parents[1] / "extension" / "learnedidx--0.1.sql"
+
+
+def test_every_kind_has_one_class_and_a_valid_sqlstate():
+    for kind, state in errors.SQLSTATES.items():
+        assert errors.error_class(kind).kind == kind
+        assert re.fullmatch(r"[0-9A-Z]{5}", state), (kind, state)
+    # XX000 is for real bugs only: the one kind that maps to it is "internal".
+    assert [k for k, s in errors.SQLSTATES.items() if s == "XX000"] == ["internal"]
+
+
+def test_a_kind_cannot_be_declared_twice():
+    with pytest.raises(TypeError, match="declared twice"):
+        class Again(errors.LearnedIdxError, kind="config"):  # noqa: F841
+            pass
+
+
+def test_the_extension_maps_kinds_as_the_error_table_does():
+    src = EXTENSION_SQL.read_text()
+    m = re.search(r"^    states = (\{.*?\})$", src, re.S | re.M)
+    assert m, "the PL/Python code keeps no kind -> SQLSTATE table"
+    assert ast.literal_eval(m.group(1)) == errors.SQLSTATES
+
+
+def test_no_error_class_lives_outside_errors_py():
+    """One home for errors: no other module of the package defines an exception class."""
+    strays = []
+    for mod in pkgutil.walk_packages(learnedidx.__path__, "learnedidx."):
+        module = importlib.import_module(mod.name)
+        for name, obj in vars(module).items():
+            if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == mod.name \
+                    and mod.name != "learnedidx.errors":
+                strays.append(f"{mod.name}.{name}")
+    assert strays == []
+
+
+def test_remote_errors_carry_the_kind_and_sqlstate_of_the_reply():
+    e = errors.RemoteError("permission-denied", "no")
+    assert e.kind == "permission-denied" and e.sqlstate == "42501"
+    assert errors.kind_of(e) == "permission-denied" and errors.kind_of(KeyError("x")) == "internal"
+    assert errors.is_offload_failure(errors.RemoteError("internal", "boom"))
+    assert not errors.is_offload_failure(errors.RemoteError("config", "features exceed the device"))
+    assert not errors.is_offload_failure(errors.ConfigError("x"))
+    assert errors.is_offload_failure(errors.ServerUnavailableError("down"))
