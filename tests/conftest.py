@@ -5,6 +5,8 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+pytest_plugins = ["tests.pgfixtures"]  # postgresql_proc, postgresql
+
 # No example database: the suite may run from a read-only checkout (scripts/test.sh runs it
 # as an unprivileged user when invoked as root).
 settings.register_profile(

@@ -7,7 +7,6 @@ import sys
 import pytest
 
 import learnedidx
-from tests.pgfixtures import postgresql, postgresql_proc  # noqa: F401  (fixtures)
 
 
 def test_cli_version() -> None:
@@ -18,7 +17,7 @@ def test_cli_version() -> None:
 
 
 @pytest.mark.postgres
-def test_cluster_has_plpython_and_pageinspect(postgresql) -> None:  # noqa: F811
+def test_cluster_has_plpython_and_pageinspect(postgresql) -> None:
     rows = postgresql.execute(
         "SELECT name FROM pg_available_extensions WHERE name IN ('plpython3u', 'pageinspect') ORDER BY name"
     ).fetchall()
