@@ -19,8 +19,7 @@ import numpy as np
 import typer
 
 from learnedidx.bench.common import console, parse_list, print_table
-
-ALGORITHMS = ("linregr", "logregr", "svm", "lmf")
+from learnedidx.indb.runtime.builtins import ALGORITHMS
 
 # Row-at-a-time SGD in PL/Python: the baseline of a user writing a UDF by hand.
 PLPY_SGD = """
@@ -196,8 +195,8 @@ def _run_size(cluster, server, n, features, algs, threads, plpython, seed, psyco
 
 def _decode_table(conn, conninfo: str, n: int, threads: int) -> None:
     from learnedidx.bench.common import best_of
-    from learnedidx.indb import strider
-    from learnedidx.indb.access import check_readable, open_snapshot_session
+    from learnedidx.indb.read import strider
+    from learnedidx.indb.read.access import check_readable, open_snapshot_session
 
     scan = best_of(lambda: conn.execute("SELECT count(*) FROM bench_x").fetchone(), 3)
     sess = open_snapshot_session(conninfo, snapshot=None, login=None)

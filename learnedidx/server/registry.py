@@ -22,7 +22,7 @@ _HANDLERS: dict[str, Handler] = {}
 HANDLER_MODULES: tuple[str, ...] = (
     "learnedidx.server.builtin_handlers",
     "learnedidx.accel.handlers",
-    "learnedidx.indb.service",
+    "learnedidx.server.handlers.indb",
 )
 
 

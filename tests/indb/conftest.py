@@ -4,11 +4,10 @@ from __future__ import annotations
 import pytest
 
 from learnedidx.server.process import spawn
-from tests.pgfixtures import postgresql, postgresql_proc  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="session")
-def accel_server(tmp_path_factory, postgresql_proc):  # noqa: F811
+def accel_server(tmp_path_factory, postgresql_proc):
     sock = str(tmp_path_factory.mktemp("srv") / "accel.sock")
     proc = spawn(sock, backend="cpu", extra_args=["--pg-conninfo", f"user={postgresql_proc.user}"])
     yield proc
@@ -16,7 +15,7 @@ def accel_server(tmp_path_factory, postgresql_proc):  # noqa: F811
 
 
 @pytest.fixture
-def db(postgresql, accel_server):  # noqa: F811
+def db(postgresql, accel_server):
     """An autocommit connection with the extension created and the server's socket configured."""
     postgresql.autocommit = True
     postgresql.execute("CREATE EXTENSION IF NOT EXISTS learnedidx CASCADE")

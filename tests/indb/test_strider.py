@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
 from learnedidx.errors import InDBError
-from learnedidx.indb import strider
-from learnedidx.indb.access import check_readable, open_snapshot_session
-from learnedidx.indb.reader import read_training_data
+from learnedidx.indb.read import strider
+from learnedidx.indb.read.access import check_readable, open_snapshot_session
+from learnedidx.indb.read.training_data import read_training_data
 
 pytestmark = pytest.mark.postgres
 

@@ -1,25 +1,21 @@
-"""Kernels generated from a DSL algorithm, and the engine loop that runs them.
+"""Kernels generated from a compiled DSL algorithm.
 
 One nogil Numba kernel per compiled algorithm and shape: an SGD epoch over a partition, an
-accumulation pass over a partition, or a factor SGD epoch.  Each engine thread runs the kernel
-on its own partition with its own copy of the model (or its own accumulators); after every
-epoch the copies are merged (averaged / summed) in partition order, so results depend only on
-the seed and the thread count.  Per-tuple results of the form ``s * a`` or ``s * outer(a, b)``
-are accumulated in place (see :func:`learnedidx.indb.dsl._split`).
+accumulation pass over a partition, a factor SGD epoch, or a loss sum; generated on first
+use and kept on the :class:`~learnedidx.indb.dsl.compiler.Algorithm`.  The engine
+(:mod:`learnedidx.indb.runtime.engine`) runs each on its partitions.  Per-tuple results of
+the form ``s * a`` or ``s * outer(a, b)`` are accumulated in place (see
+:func:`learnedidx.indb.dsl.compiler._split`).
 """
 from __future__ import annotations
-
-import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import njit
 
-from learnedidx.accel.engine_model import modelled_seconds
-from learnedidx.errors import DSLError, TrainingDataError
-from learnedidx.indb.dsl import Algorithm, settings_for
-from learnedidx.indb.engine import TrainOutput, _check, _design, _partitions, rounds
+from learnedidx.errors import DSLError
+from learnedidx.indb.dsl.compiler import Algorithm
 
+#: Schedule codes of :func:`rate` ("step" halves the rate every 10 epochs, between calls).
 SCHEDULES = {"constant": 0, "invscaling": 1, "inverse": 2, "step": 0}
 
 
@@ -152,124 +148,33 @@ def _mode(alg: Algorithm, fn: str, *args) -> str:
         raise DSLError(f"{fn} cannot be compiled for this data: {str(exc).splitlines()[0]}") from None
 
 
-def _loss(ex: ThreadPoolExecutor, kernel, parts: list[slice], data: tuple, model: tuple) -> float:
-    """The loss summed over the tuples ``data``, each partition on its own thread."""
-    return float(sum(ex.map(lambda p: kernel(*(a[p] for a in data), *model), parts)))
+def loss_kernel(alg: Algorithm):
+    """``kernel(*data, *model)``: the loss summed over the tuples, or None without a ``loss``."""
+    if not alg.has_loss:
+        return None
+    if alg.form == "factor":
+        return _kernel(alg, ("factor-loss",), _LOSS_SOURCE["factor"])
+    return _kernel(alg, ("loss",), _LOSS_SOURCE["tuple"])
 
 
-def _labels(y: np.ndarray, kind: str, name: str) -> tuple[np.ndarray, dict]:
-    if kind == "binary" and not np.all((y == 0) | (y == 1)):
-        raise TrainingDataError(f"{name} needs labels 0/1 (or booleans)")
-    if kind == "signed":
-        labels = np.unique(y)
-        if len(labels) != 2:
-            raise TrainingDataError(f"{name} needs exactly two label values")
-        return np.where(y == labels[1], 1.0, -1.0), {"labels": labels.astype(np.float64)}
-    return y, {}
+def sgd_kernel(alg: Algorithm, w, x, y):
+    """``kernel(X, y, w, lr0, schedule, t0, order, batch, l2)``: an SGD epoch over the tuples
+    ``order`` updating ``w`` in place; specialised on one sample tuple ``(w, x, y)``."""
+    mode = _mode(alg, "gradient", w, x, y)
+    return _kernel(alg, ("sgd", mode), _sgd_source((mode,)))
 
 
-def train(alg: Algorithm, data: dict, params: dict, *, threads: int = 2, seed: int = 0, stop=None) -> TrainOutput:
-    """Train ``alg`` on arrays ({"X", "y"}, or {"row", "col", "value"} for factors)."""
-    s = settings_for(alg, params)
-    t0 = time.perf_counter()
-    run = _train_factor if alg.form == "factor" else _train_linear
-    model, loss, epochs, n, d = run(alg, data, params, s, threads, seed, stop)
-    return TrainOutput(model, loss, epochs, n, time.perf_counter() - t0, modelled_seconds(alg.cost, n, d, epochs),
-                       {"settings": s})
+def accumulate_kernel(alg: Algorithm, w, x, y) -> tuple:
+    """(``kernel(X, y, w, lo, hi, *accumulators, loss)``, modes, accumulator shapes): one
+    pass adding every ``acc_*`` of tuples lo..hi-1 (and their loss) into the given arrays."""
+    modes = tuple(_mode(alg, f"acc_{a}", w, x, y) for a in alg.accumulators)
+    kernel = _kernel(alg, ("accumulate", modes), _accumulate_source(modes, alg.accumulators, alg.has_loss))
+    shapes = [np.shape(alg.namespace[f"acc_{a}"](w, x, y)) or (1,) for a in alg.accumulators]
+    return kernel, modes, shapes
 
 
-def _train_linear(alg, data, params, s, threads, seed, stop):
-    X = _design(data["X"], params)
-    y = np.ascontiguousarray(data["y"], np.float64)
-    _check(X, y)
-    y, extra = _labels(y, s["labels"], alg.name)
-    n = len(y)
-    parts = _partitions(n, threads)
-    w = np.zeros(X.shape[1])
-    loss_kernel = _kernel(alg, ("loss",), _LOSS_SOURCE["tuple"]) if alg.has_loss else None
-    prev, loss, ep = np.inf, float("nan"), 0
-    with ThreadPoolExecutor(len(parts)) as ex:
-        if alg.form == "accumulate":
-            modes = tuple(_mode(alg, f"acc_{a}", w, X[0], y[0]) for a in alg.accumulators)
-            kernel = _kernel(alg, ("accumulate", modes),
-                             _accumulate_source(modes, alg.accumulators, alg.has_loss))
-            shapes = [np.shape(alg.namespace[f"acc_{a}"](w, X[0], y[0])) or (1,) for a in alg.accumulators]
-        else:
-            mode = _mode(alg, "gradient", w, X[0], y[0])
-            kernel = _kernel(alg, ("sgd", mode), _sgd_source((mode,)))
-            rng = np.random.default_rng(seed)
-            sched, batch = SCHEDULES[s["schedule"]], int(s["batch_size"])
-        for ep in rounds(1, int(s["epochs"]), stop):
-            if alg.form == "accumulate":
-                w, epoch_loss = _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes)
-            else:
-                lr = s["learning_rate"] * (0.5 ** ((ep - 1) // 10) if s["schedule"] == "step" else 1.0)
-                orders = [rng.permutation(np.arange(p.start, p.stop)) for p in parts]
-                tbase = (ep - 1) * max(1, len(orders[0]) // max(1, batch))
-                models = list(ex.map(lambda o: kernel(X, y, w.copy(), lr, sched, tbase, o, batch, float(s["l2"])),
-                                     orders))
-                w = np.mean(models, axis=0) if s["merge"] == "average" else w + np.sum(models, axis=0) - len(models) * w
-                epoch_loss = _loss(ex, loss_kernel, parts, (X, y), (w,)) / n if loss_kernel else float("nan")
-            loss = epoch_loss
-            if abs(prev - epoch_loss) < s["tolerance"]:
-                break
-            prev = epoch_loss
-        if loss_kernel is not None and alg.form == "accumulate":  # the pass saw the model before the update
-            loss = _loss(ex, loss_kernel, parts, (X, y), (w,)) / n
-    return {"coef": w, **extra}, loss, ep, n, X.shape[1]
-
-
-def _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes):
-    """One pass summing the accumulators (and the loss at ``w``), then ``update``: (w, loss)."""
-    def one(p):
-        acc = [np.zeros(shape) for shape in shapes]
-        lsum = np.zeros(1)
-        kernel(X, y, w, p.start, p.stop, *acc, lsum)
-        return acc, lsum[0]
-
-    res = list(ex.map(one, parts))
-    sums = [sum(r[0][k] for r in res) for k in range(len(shapes))]
-    values = {"w": w.copy(), "n": len(y)}
-    values.update({a: (v[0] if mode == "scalar" else v) for a, v, mode in zip(alg.accumulators, sums, modes)})
-    new = np.asarray(alg.namespace["update"](*[values[a] for a in alg.update_args]), np.float64)
-    if new.shape != w.shape:
-        raise DSLError(f"update must return the model: {w.shape[0]} values, not shape {new.shape}")
-    return new, float(sum(r[1] for r in res)) / len(y)
-
-
-def _train_factor(alg, data, params, s, threads, seed, stop):
-    rows = np.ascontiguousarray(data["row"], np.int64)
-    cols = np.ascontiguousarray(data["col"], np.int64)
-    vals = np.ascontiguousarray(data["value"], np.float64)
-    if len(vals) == 0:
-        raise TrainingDataError("no rows to train on")
-    if not np.all(np.isfinite(vals)):
-        raise TrainingDataError("the training data contains NaN or infinite values")
-    if rows.min() < 0 or cols.min() < 0:
-        raise TrainingDataError("row and column ids must be >= 0")
-    rank = int(s["rank"])
-    rng = np.random.default_rng(seed)
-    U = rng.normal(0, s["init_scale"], (int(rows.max()) + 1, rank))
-    V = rng.normal(0, s["init_scale"], (int(cols.max()) + 1, rank))
-    modes = tuple(_mode(alg, f"gradient_{side}", U[rows[0]], V[cols[0]], vals[0]) for side in "uv")
-    kernel = _kernel(alg, ("factor", modes), _factor_source(modes))
-    loss_kernel = _kernel(alg, ("factor-loss",), _LOSS_SOURCE["factor"]) if alg.has_loss else None
-    parts = _partitions(len(vals), threads)
-    sched, lr0, l2 = SCHEDULES[s["schedule"]], float(s["learning_rate"]), float(s["l2"])
-    prev, loss, ep = np.inf, float("nan"), 0
-    with ThreadPoolExecutor(len(parts)) as ex:
-        for ep in rounds(1, int(s["epochs"]), stop):
-            lr = lr0 * (0.5 ** ((ep - 1) // 10) if s["schedule"] == "step" else 1.0)
-            orders = [rng.permutation(np.arange(p.start, p.stop)) for p in parts]
-            copies = [(U.copy(), V.copy()) for _ in orders]
-            tbase = (ep - 1) * len(orders[0])
-            list(ex.map(lambda a: kernel(rows, cols, vals, a[1][0], a[1][1], lr, sched, tbase, a[0], l2),
-                        zip(orders, copies)))
-            U = np.mean([c[0] for c in copies], axis=0)
-            V = np.mean([c[1] for c in copies], axis=0)
-            if loss_kernel is not None:
-                loss = _loss(ex, loss_kernel, parts, (rows, cols, vals), (U, V)) / len(vals)
-                if abs(prev - loss) < s["tolerance"]:
-                    break
-                prev = loss
-    return {"u": U, "v": V}, loss, ep, len(vals), rank
+def factor_kernel(alg: Algorithm, u, v, y):
+    """``kernel(R, C, Y, U, V, lr0, schedule, t0, order, l2)``: a factor SGD epoch over the
+    tuples ``order`` updating U and V in place; specialised on one sample tuple."""
+    modes = tuple(_mode(alg, f"gradient_{side}", u, v, y) for side in "uv")
+    return _kernel(alg, ("factor", modes), _factor_source(modes))

@@ -1,6 +1,7 @@
-"""Reading training data under the caller's snapshot and role (the COPY BINARY path).
+"""Training data read under the caller's snapshot and role: by the Strider where it can read
+the table, else by binary COPY of a query.
 
-Every column is cast to ``float8`` (scalars) or ``float8[]`` (one array column of
+On the COPY path every column is cast to ``float8`` (scalars) or ``float8[]`` (one array column of
 features) in the query, so one Numba decoder serves all numeric types; PostgreSQL applies
 privileges and row-level security to the query because the session runs as the caller.
 """
@@ -14,8 +15,8 @@ import psycopg
 from psycopg import sql
 
 from learnedidx.errors import InDBError, StriderFallback
-from learnedidx.indb import copybinary, strider
-from learnedidx.indb.access import ARRAY_TYPES, RelationInfo
+from learnedidx.indb.read import copybinary, strider
+from learnedidx.indb.read.access import ARRAY_TYPES, RelationInfo
 
 #: Read paths a caller may ask for with the ``reader`` training parameter.
 READ_PATHS = ("auto", "strider", "copy")
@@ -35,7 +36,7 @@ def read_training_data(conn: psycopg.Connection, rel: RelationInfo, dep: str | N
                        path: str = "auto", page_conninfo: str | None = None, connections: int = 2) -> TrainingData:
     """Labels ``dep`` and features ``indep`` (one array column, or several scalar columns).
 
-    ``path`` chooses the reader: ``"strider"`` (heap pages, see :mod:`learnedidx.indb.strider`),
+    ``path`` chooses the reader: ``"strider"`` (heap pages, see :mod:`.strider`),
     ``"copy"`` (binary COPY of a query) or ``"auto"`` (the Strider where it can decode the
     table, else COPY).  ``page_conninfo`` reaches the database as the server's own role for
     page reads over ``connections`` connections.

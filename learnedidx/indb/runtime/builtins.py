@@ -1,7 +1,7 @@
 """The four built-in algorithms, written in the DSL (compiled like any user algorithm).
 
-The SQL training functions pass MADlib's parameter names; :data:`ALIASES` in
-:mod:`learnedidx.indb.dsl` maps them onto the settings below.
+The SQL training functions pass MADlib's parameter names;
+:data:`learnedidx.indb.dsl.settings.ALIASES` maps them onto the settings below.
 """
 
 LINREGR = '''
@@ -75,3 +75,6 @@ def loss(u, v, y):
 '''
 
 SOURCES = {"linregr": LINREGR, "logregr": LOGREGR, "svm": SVM, "lmf": LMF}
+
+#: The built-in algorithms' names (user algorithms may not take them).
+ALGORITHMS = tuple(SOURCES)

@@ -6,12 +6,12 @@ from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from learnedidx.errors import InDBError
-from learnedidx.indb import engine
+from learnedidx.indb import runtime
 
 
 def test_linregr_matches_sklearn_on_diabetes():
     X, y = load_diabetes(return_X_y=True)
-    out = engine.train("linregr", {"X": X, "y": y}, threads=2)
+    out = runtime.train("linregr", {"X": X, "y": y}, threads=2)
     ref = LinearRegression().fit(X, y)
     np.testing.assert_allclose(out.model["coef"][0], ref.intercept_, rtol=1e-8)
     np.testing.assert_allclose(out.model["coef"][1:], ref.coef_, rtol=1e-6, atol=1e-6)
@@ -20,20 +20,20 @@ def test_linregr_matches_sklearn_on_diabetes():
 def test_logregr_matches_sklearn_on_breast_cancer_subset():
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X[:, :5])
-    out = engine.train("logregr", {"X": X, "y": y.astype(float)}, {"max_iter": 50}, threads=2)
+    out = runtime.train("logregr", {"X": X, "y": y.astype(float)}, {"max_iter": 50}, threads=2)
     ref = LogisticRegression(penalty=None, tol=1e-10, max_iter=10000).fit(X, y)
     np.testing.assert_allclose(out.model["coef"][1:], ref.coef_[0], rtol=1e-3, atol=1e-3)
-    p = engine.predict_proba("logregr", out.model, X)
+    p = runtime.predict_proba("logregr", out.model, X)
     np.testing.assert_allclose(p, ref.predict_proba(X)[:, 1], atol=1e-4)
 
 
 def test_svm_accuracy_on_breast_cancer_and_determinism():
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X)
-    a = engine.train("svm", {"X": X, "y": y.astype(float)}, threads=2, seed=3)
-    b = engine.train("svm", {"X": X, "y": y.astype(float)}, threads=2, seed=3)
+    a = runtime.train("svm", {"X": X, "y": y.astype(float)}, threads=2, seed=3)
+    b = runtime.train("svm", {"X": X, "y": y.astype(float)}, threads=2, seed=3)
     assert np.array_equal(a.model["coef"], b.model["coef"])
-    acc = np.mean(engine.predict("svm", a.model, X) == y)
+    acc = np.mean(runtime.predict("svm", a.model, X) == y)
     assert acc > 0.95
 
 
@@ -42,7 +42,7 @@ def test_lmf_recovers_low_rank_matrix():
     U, V = rng.normal(size=(60, 3)), rng.normal(size=(40, 3))
     r, c = np.nonzero(rng.random((60, 40)) < 0.5)
     vals = np.einsum("ij,ij->i", U[r], V[c])
-    out = engine.train("lmf", {"row": r, "col": c, "value": vals},
+    out = runtime.train("lmf", {"row": r, "col": c, "value": vals},
                        {"rank": 3, "stepsize": 0.02, "lambda": 0.0, "max_iter": 200}, threads=1)
     pred = np.einsum("ij,ij->i", out.model["u"][r], out.model["v"][c])
     assert np.sqrt(np.mean((pred - vals) ** 2)) < 0.3 * np.std(vals)
@@ -53,25 +53,24 @@ def test_nan_inf_rejected(bad):
     X = np.ones((10, 2))
     X[3, 1] = bad
     with pytest.raises(InDBError):
-        engine.train("linregr", {"X": X, "y": np.ones(10)})
+        runtime.train("linregr", {"X": X, "y": np.ones(10)})
 
 
 def test_empty_rejected():
     with pytest.raises(InDBError):
-        engine.train("linregr", {"X": np.empty((0, 2)), "y": np.empty(0)})
+        runtime.train("linregr", {"X": np.empty((0, 2)), "y": np.empty(0)})
 
 
 @pytest.mark.parametrize("src", ["import os", "x = ().__class__", "def update(:", "y = open('f')"])
 def test_bad_dsl_rejected(src):
     with pytest.raises(InDBError):
-        engine.register_algorithm("bad", src)
+        runtime.register_algorithm("bad", src)
 
 
 def test_cycle_model_sanity():
     from learnedidx.accel.engine_model import modelled_cycles
-    from learnedidx.indb import dsl
 
-    newton, sgd = dsl.builtin("logregr").cost, dsl.builtin("svm").cost
+    newton, sgd = runtime.builtin("logregr").cost, runtime.builtin("svm").cost
     assert newton.matrix_ops and newton.solve and newton.nonlinear and not sgd.matrix_ops
     base = modelled_cycles(newton, 10_000, 54, 1, units=4)
     assert modelled_cycles(newton, 10_000, 54, 1, units=8) < base
@@ -95,40 +94,39 @@ def gradient(w, x, y):
 def test_user_dsl_logregr_agrees_with_builtin():
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X[:, :5])
-    engine.register_algorithm("user_logregr_t", USER_LOGREGR)
-    user = engine.train("user_logregr_t", {"X": X, "y": y.astype(float)}, threads=2)
-    ref = engine.train("logregr", {"X": X, "y": y.astype(float)}, {"max_iter": 50}, threads=2)
-    agree = np.mean(engine.predict("logregr", user.model, X) == engine.predict("logregr", ref.model, X))
+    runtime.register_algorithm("user_logregr_t", USER_LOGREGR)
+    user = runtime.train("user_logregr_t", {"X": X, "y": y.astype(float)}, threads=2)
+    ref = runtime.train("logregr", {"X": X, "y": y.astype(float)}, {"max_iter": 50}, threads=2)
+    agree = np.mean(runtime.predict("logregr", user.model, X) == runtime.predict("logregr", ref.model, X))
     assert agree > 0.95  # measured 0.968 (SGD vs Newton near the boundary)
 
 
 def test_dsl_merge_sum_and_checked_settings():
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X[:, :5])
-    alg = engine.register_algorithm("user_logregr_sum", USER_LOGREGR.replace("epochs = 200", "epochs = 30")
+    alg = runtime.register_algorithm("user_logregr_sum", USER_LOGREGR.replace("epochs = 200", "epochs = 30")
                                     + 'merge = "sum"\n')
-    out = engine.train(alg, {"X": X, "y": y.astype(float)}, threads=2)
-    ref = engine.train("logregr", {"X": X, "y": y.astype(float)}, {"max_iter": 50}, threads=2)
-    agree = np.mean(engine.predict("logregr", out.model, X) == engine.predict("logregr", ref.model, X))
+    out = runtime.train(alg, {"X": X, "y": y.astype(float)}, threads=2)
+    ref = runtime.train("logregr", {"X": X, "y": y.astype(float)}, {"max_iter": 50}, threads=2)
+    agree = np.mean(runtime.predict("logregr", out.model, X) == runtime.predict("logregr", ref.model, X))
     assert agree > 0.95
-    assert engine.register_algorithm("user_logregr_sum", alg.source) is alg  # unchanged: not recompiled
+    assert runtime.register_algorithm("user_logregr_sum", alg.source) is alg  # unchanged: not recompiled
     with pytest.raises(InDBError, match="merge must be one of"):
-        engine.register_algorithm("bad_merge", USER_LOGREGR + 'merge = "median"\n')
+        runtime.register_algorithm("bad_merge", USER_LOGREGR + 'merge = "median"\n')
     with pytest.raises(InDBError, match="schedule must be one of"):
-        engine.train(alg, {"X": X, "y": y.astype(float)}, {"schedule": "cosine"})
+        runtime.train(alg, {"X": X, "y": y.astype(float)}, {"schedule": "cosine"})
     with pytest.raises(InDBError, match="epochs must be int"):
-        engine.train(alg, {"X": X, "y": y.astype(float)}, {"epochs": "many"})
+        runtime.train(alg, {"X": X, "y": y.astype(float)}, {"epochs": "many"})
 
 
 def test_builtins_are_dsl_and_user_accumulators_match_them():
-    from learnedidx.indb import dsl
-    from learnedidx.indb.dsl.builtins import SOURCES
+    from learnedidx.indb.runtime.builtins import SOURCES
 
-    assert {dsl.builtin(a).form for a in engine.ALGORITHMS} == {"accumulate", "sgd", "factor"}
+    assert {runtime.builtin(a).form for a in runtime.ALGORITHMS} == {"accumulate", "sgd", "factor"}
     X, y = load_diabetes(return_X_y=True)
-    user = engine.register_algorithm("user_linregr", SOURCES["linregr"])  # a built-in's source, as a user's
-    a = engine.train(user, {"X": X, "y": y}, threads=3)
-    b = engine.train("linregr", {"X": X, "y": y}, threads=2)
+    user = runtime.register_algorithm("user_linregr", SOURCES["linregr"])  # a built-in's source, as a user's
+    a = runtime.train(user, {"X": X, "y": y}, threads=3)
+    b = runtime.train("linregr", {"X": X, "y": y}, threads=2)
     np.testing.assert_allclose(a.model["coef"], b.model["coef"], rtol=1e-9)
     assert a.modelled_seconds > 0 and a.iterations == 1
 
@@ -142,12 +140,12 @@ def test_builtins_are_dsl_and_user_accumulators_match_them():
 ])
 def test_bad_dsl_shapes_rejected(src, match):
     with pytest.raises(InDBError, match=match):
-        engine.register_algorithm("bad_shape", src)
+        runtime.register_algorithm("bad_shape", src)
 
 
 def test_update_must_return_the_model():
     X, y = load_diabetes(return_X_y=True)
-    alg = engine.register_algorithm("bad_update", "def acc_s(w, x, y):\n    return y\n"
+    alg = runtime.register_algorithm("bad_update", "def acc_s(w, x, y):\n    return y\n"
                                     "def update(w, s, n):\n    return s / n\n")
     with pytest.raises(InDBError, match="update must return the model"):
-        engine.train(alg, {"X": X, "y": y})
+        runtime.train(alg, {"X": X, "y": y})

@@ -1,4 +1,8 @@
-"""Accelerator-server handlers for in-database training: ``indb.train``, ``indb.register``."""
+"""Accelerator-server handlers for in-database training: ``indb.train``, ``indb.register``.
+
+They read the caller's data (:mod:`learnedidx.indb.read`) and train on it
+(:mod:`learnedidx.indb.runtime`); the extension's PL/Python functions send the requests.
+"""
 from __future__ import annotations
 
 import time
@@ -8,9 +12,9 @@ import psycopg
 from psycopg.conninfo import make_conninfo
 
 from learnedidx.errors import InDBError
-from learnedidx.indb import engine
-from learnedidx.indb.access import check_readable, open_snapshot_session
-from learnedidx.indb.reader import read_training_data
+from learnedidx.indb import runtime
+from learnedidx.indb.read.access import check_readable, open_snapshot_session
+from learnedidx.indb.read.training_data import read_training_data
 from learnedidx.server.registry import handler
 
 
@@ -59,15 +63,14 @@ def indb_train(args, arrays, ctx):
     source, dep, indep = args["source"], args.get("dep"), list(args["indep"])
     params = dict(args.get("params") or {})
     dsl_source = params.pop("dsl_source", None)
-    if algorithm in engine.ALGORITHMS:
-        engine.check_params(algorithm, params)  # before reading any data
+    if algorithm in runtime.ALGORITHMS:
+        runtime.check_params(algorithm, params)  # before reading any data
         trainee = algorithm
     else:
-        from learnedidx.indb import dsl
-
         # The caller's database holds the source: compile that one, not whatever another
         # database registered under the same name.
-        trainee = dsl.register_algorithm(algorithm, dsl_source) if dsl_source else dsl.get_algorithm(algorithm)
+        trainee = (runtime.register_algorithm(algorithm, dsl_source) if dsl_source
+                   else runtime.get_algorithm(algorithm))
     t0 = time.perf_counter()
     conninfo = _conninfo(args, ctx.server.config.pg_conninfo)
     read = {"path": str(params.pop("reader", "auto")), "page_conninfo": conninfo,
@@ -89,7 +92,7 @@ def indb_train(args, arrays, ctx):
     watch = CallerWatch(conninfo, int(args["caller_pid"]), str(args["caller_xact_start"])) \
         if args.get("caller_pid") else None
     try:
-        out = engine.train(trainee, data, params, threads=int(params.get("threads", 2)),
+        out = runtime.train(trainee, data, params, threads=int(params.get("threads", 2)),
                            seed=int(params.get("seed", 0)), stop=watch)
     finally:
         if watch is not None:
@@ -105,7 +108,5 @@ def indb_train(args, arrays, ctx):
 @handler("indb.register")
 def indb_register(args, arrays, ctx):
     """Compile and validate a DSL algorithm (also done lazily at train time)."""
-    from learnedidx.indb import dsl
-
-    alg = dsl.register_algorithm(args["name"], args["source"])
+    alg = runtime.register_algorithm(args["name"], args["source"])
     return {"name": alg.name, "ops_per_tuple": alg.ops_per_tuple}, {}

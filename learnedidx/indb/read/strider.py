@@ -33,7 +33,7 @@ from numba.extending import intrinsic
 from psycopg import sql
 
 from learnedidx.errors import StriderFallback
-from learnedidx.indb.access import RelationInfo
+from learnedidx.indb.read.access import RelationInfo
 
 PAGE_SIZE = 8192
 PAGE_LAYOUT_VERSION = 4

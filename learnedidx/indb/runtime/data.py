@@ -1,0 +1,65 @@
+"""Training data as the engine takes it: checked, with an intercept column, split into partitions."""
+from __future__ import annotations
+
+import numpy as np
+
+from learnedidx.errors import TrainingDataError
+
+
+def check(X: np.ndarray, y: np.ndarray | None) -> None:
+    """Refuse empty data, NaN or infinite values, and labels that do not match the rows."""
+    if X.ndim != 2 or X.shape[0] == 0:
+        raise TrainingDataError("no rows to train on (the table is empty or every row has NULLs)")
+    if not np.all(np.isfinite(X)) or (y is not None and not np.all(np.isfinite(y))):
+        raise TrainingDataError("the training data contains NaN or infinite values")
+    if y is not None and y.shape != (X.shape[0],):
+        raise TrainingDataError("labels and features have different row counts")
+
+
+def partitions(n: int, threads: int) -> list[slice]:
+    """Contiguous slices of ``range(n)``, one per engine thread (fewer when n < threads)."""
+    threads = max(1, min(threads, n))
+    step = (n + threads - 1) // threads
+    return [slice(i, min(n, i + step)) for i in range(0, n, step)]
+
+
+def with_intercept(X: np.ndarray, intercept: bool) -> np.ndarray:
+    """X as contiguous float64, with a leading column of ones when ``intercept``."""
+    X = np.ascontiguousarray(X, np.float64)
+    return np.ascontiguousarray(np.c_[np.ones(X.shape[0]), X]) if intercept else X
+
+
+def design(X: np.ndarray, params: dict) -> np.ndarray:
+    """The training matrix: a leading column of ones (the intercept, ``coef[0]``) is added
+    unless ``params["intercept"]`` is false or X's first column is already all ones
+    (DAnA-style tables, or MADlib's ``ARRAY[1, x1, ...]``)."""
+    X = np.ascontiguousarray(X, np.float64)
+    has_ones = X.ndim == 2 and X.shape[0] > 0 and X.shape[1] > 0 and bool(np.all(X[:, 0] == 1.0))
+    return with_intercept(X, params.get("intercept") is not False and not has_ones)
+
+
+def labels(y: np.ndarray, kind: str, name: str) -> tuple[np.ndarray, dict]:
+    """Labels as the algorithm's ``labels`` setting wants them, and what the model must keep:
+    ``binary`` checks 0/1; ``signed`` maps two values to -1/+1 and keeps them as ``labels``."""
+    if kind == "binary" and not np.all((y == 0) | (y == 1)):
+        raise TrainingDataError(f"{name} needs labels 0/1 (or booleans)")
+    if kind == "signed":
+        values = np.unique(y)
+        if len(values) != 2:
+            raise TrainingDataError(f"{name} needs exactly two label values")
+        return np.where(y == values[1], 1.0, -1.0), {"labels": values.astype(np.float64)}
+    return y, {}
+
+
+def factor_tuples(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row ids, column ids, values) of factor data {"row", "col", "value"}, checked."""
+    rows = np.ascontiguousarray(data["row"], np.int64)
+    cols = np.ascontiguousarray(data["col"], np.int64)
+    vals = np.ascontiguousarray(data["value"], np.float64)
+    if len(vals) == 0:
+        raise TrainingDataError("no rows to train on")
+    if not np.all(np.isfinite(vals)):
+        raise TrainingDataError("the training data contains NaN or infinite values")
+    if rows.min() < 0 or cols.min() < 0:
+        raise TrainingDataError("row and column ids must be >= 0")
+    return rows, cols, vals

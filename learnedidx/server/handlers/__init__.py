@@ -1,0 +1,1 @@
+"""Request handlers of the accelerator server, one module per area (see ``registry.HANDLER_MODULES``)."""
