@@ -236,3 +236,38 @@ def test_copy_stream_parser_any_chunking():
         chunks = [stream[i:i + size] for i in range(0, len(stream), size)]
         assert strider._copy_into(chunks, out) == pages.size
         assert np.array_equal(out.reshape(pages.shape), pages)
+
+
+def test_page_layout_constants_agree_with_pageinspect(pg):
+    """The kernels' named offsets decode a real page as pageinspect's own functions do."""
+    db, _ = pg
+    db.execute("CREATE TABLE lay (a int4, b float8, c float8[])")
+    db.execute("INSERT INTO lay VALUES (1, 0.5, '{1, 2}'), (2, NULL, '{3}'), (NULL, 1.5, NULL)")
+    db.execute("DELETE FROM lay WHERE a = 2")
+    b = np.frombuffer(db.execute("SELECT get_raw_page('lay', 0)").fetchone()[0], np.uint8)
+
+    def u(pos, n):
+        return int.from_bytes(b[pos:pos + n].tobytes(), "little")
+
+    lower, upper, special, pagesize, version = db.execute(
+        "SELECT lower, upper, special, pagesize, version FROM page_header(get_raw_page('lay', 0))").fetchone()
+    assert (u(strider.PD_LOWER, 2), u(strider.PD_UPPER, 2), u(strider.PD_SPECIAL, 2)) == (lower, upper, special)
+    v = u(strider.PD_PAGESIZE_VERSION, 2)
+    assert (v & 0xFF00, v & 0xFF) == (pagesize, version) == (strider.PAGE_SIZE, strider.PAGE_LAYOUT_VERSION)
+    items = db.execute("SELECT lp, lp_off, lp_flags, lp_len, t_xmax::text::int8, t_infomask2, t_infomask, t_hoff, "
+                       "t_bits FROM heap_page_items(get_raw_page('lay', 0)) ORDER BY lp").fetchall()
+    assert (lower - strider.SIZE_OF_PAGE_HEADER) // strider.ITEM_ID_SIZE == len(items) == 3
+    for lp, off, flags, length, xmax, infomask2, infomask, hoff, bits in items:
+        word = u(strider.SIZE_OF_PAGE_HEADER + strider.ITEM_ID_SIZE * (lp - 1), 4)
+        assert (word & 0x7FFF, (word >> 15) & 3, word >> 17) == (off, flags, length)
+        assert flags == strider.LP_NORMAL
+        assert (u(off + strider.T_XMAX, 4), u(off + strider.T_INFOMASK2, 2), u(off + strider.T_INFOMASK, 2),
+                u(off + strider.T_HOFF, 1)) == (xmax, infomask2, infomask, hoff)
+        assert infomask2 & strider.HEAP_NATTS_MASK == 3
+        assert bool(infomask & strider.HEAP_HASNULL) == (bits is not None)
+        if bits is not None:  # t_bits as text: one character per attribute, least significant bit first
+            stored = u(off + strider.SIZE_OF_HEAP_TUPLE_HEADER, 1)
+            assert "".join(str((stored >> a) & 1) for a in range(3)) == bits[:3]
+    oids = db.execute("SELECT 'int2'::regtype::oid::int, 'int4'::regtype::oid::int, 'int8'::regtype::oid::int, "
+                      "'float4'::regtype::oid::int, 'float8'::regtype::oid::int").fetchone()
+    assert oids == (strider.INT2OID, strider.INT4OID, strider.INT8OID, strider.FLOAT4OID, strider.FLOAT8OID)

@@ -23,7 +23,8 @@ FACTOR_ARGS = ["u", "v", "y"]
 _ALLOWED = (ast.Module, ast.FunctionDef, ast.arguments, ast.arg, ast.Return, ast.Assign, ast.Name, ast.Load,
             ast.Store, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.IfExp, ast.Call, ast.Expr,
             ast.Add, ast.Sub, ast.Mult, ast.Div, ast.Pow, ast.USub, ast.UAdd, ast.Lt, ast.LtE, ast.Gt, ast.GtE,
-            ast.Eq, ast.NotEq, ast.BoolOp, ast.And, ast.Or, ast.Not, ast.Subscript, ast.Index if hasattr(ast, "Index") else ast.Constant)
+            ast.Eq, ast.NotEq, ast.BoolOp, ast.And, ast.Or, ast.Not, ast.Subscript,
+            ast.Index if hasattr(ast, "Index") else ast.Constant)
 
 
 @dataclass

@@ -38,10 +38,27 @@ from learnedidx.indb.read.access import RelationInfo
 PAGE_SIZE = 8192
 PAGE_LAYOUT_VERSION = 4
 
+# Page header fields (src/include/storage/bufpage.h): byte offsets, and its size.
+PD_LOWER, PD_UPPER, PD_SPECIAL, PD_PAGESIZE_VERSION = 12, 14, 16, 18
+SIZE_OF_PAGE_HEADER = 24
+# Line pointers (src/include/storage/itemid.h): 4 bytes, lp_off:15 | lp_flags:2 | lp_len:15.
+ITEM_ID_SIZE = 4
+LP_NORMAL = 1
+# Heap tuple header fields (src/include/access/htup_details.h): byte offsets; the null
+# bitmap t_bits starts at SIZE_OF_HEAP_TUPLE_HEADER.
+T_XMAX, T_INFOMASK2, T_INFOMASK, T_HOFF = 4, 18, 20, 22
+SIZE_OF_HEAP_TUPLE_HEADER = 23
+HEAP_NATTS_MASK = 0x07FF
+# Array header (src/include/utils/array.h) after the 4-byte varlena header: byte offsets of
+# ndim, dataoffset (0: no NULL bitmap), element type, the first dimension, and the data of
+# a one-dimensional array (MAXALIGN(16 + 8 * ndim)).
+ARR_NDIM, ARR_DATAOFFSET, ARR_ELEMTYPE, ARR_DIM0, ARR_DATA_1D = 4, 8, 12, 16, 24
+# Element type oids (src/include/catalog/pg_type.dat).
+INT2OID, INT4OID, INT8OID, FLOAT4OID, FLOAT8OID = 21, 23, 20, 700, 701
+
 # Scalar type codes understood by the kernel (also used for array elements).
 INT2, INT4, INT8, FLOAT4, FLOAT8, OID = range(6)
 SCALAR_CODES = {"int2": INT2, "int4": INT4, "int8": INT8, "float4": FLOAT4, "float8": FLOAT8, "oid": OID}
-ELEMENT_CODES = {21: INT2, 23: INT4, 20: INT8, 700: FLOAT4, 701: FLOAT8}  # element type oid -> code
 ARRAY_TYPES = {"_int2", "_int4", "_int8", "_float4", "_float8"}
 
 # Attribute slots in the layout spec.
@@ -55,7 +72,7 @@ HEAP_HASNULL = 0x0001
 HEAP_XMAX_KEYSHR_LOCK = 0x0010
 HEAP_XMAX_EXCL_LOCK = 0x0040
 HEAP_XMAX_LOCK_ONLY = 0x0080
-HEAP_LOCK_MASK = 0x0050
+HEAP_LOCK_MASK = HEAP_XMAX_EXCL_LOCK | HEAP_XMAX_KEYSHR_LOCK  # shared = exclusive | key-share
 HEAP_XMIN_COMMITTED = 0x0100
 HEAP_XMIN_INVALID = 0x0200
 HEAP_XMIN_FROZEN = 0x0300
@@ -148,15 +165,15 @@ _ld_i64 = _unaligned_load(types.int64, llvm_ir.IntType(64))
 @njit(cache=True, nogil=True, inline="always")
 def _read_value(b, p, code):
     """A little-endian scalar of type ``code`` at byte ``p``, as float64."""
-    if code == 4:  # float8
+    if code == FLOAT8:
         return _ld_f64(b, np.int64(p))
-    if code == 3:  # float4
+    if code == FLOAT4:
         return np.float64(_ld_f32(b, np.int64(p)))
-    if code == 2:  # int8
+    if code == INT8:
         return np.float64(_ld_i64(b, np.int64(p)))
-    if code == 1:  # int4
+    if code == INT4:
         return np.float64(_i32(b, p))
-    if code == 0:  # int2
+    if code == INT2:
         v = _u16(b, p)
         return np.float64(v - 65536 if v >= 32768 else v)
     return np.float64(_u32(b, p))  # oid
@@ -164,16 +181,17 @@ def _read_value(b, p, code):
 
 @njit(cache=True, nogil=True)
 def _page_ok(b, base):
-    lower = _u16(b, base + 12)
-    upper = _u16(b, base + 14)
-    special = _u16(b, base + 16)
-    version = _u16(b, base + 18)
+    """Number of line pointers on the page at ``base``; 0 for a new page, -1 when malformed."""
+    lower = _u16(b, base + PD_LOWER)
+    upper = _u16(b, base + PD_UPPER)
+    special = _u16(b, base + PD_SPECIAL)
+    version = _u16(b, base + PD_PAGESIZE_VERSION)
     if upper == 0:  # a new, never-initialised page: no tuples
         return 0
-    if (version & 0xFF) != 4 or (version & 0xFF00) != 8192 or lower < 24 or lower > upper \
-            or upper > special or special > 8192:
+    if (version & 0xFF) != PAGE_LAYOUT_VERSION or (version & 0xFF00) != PAGE_SIZE \
+            or lower < SIZE_OF_PAGE_HEADER or lower > upper or upper > special or special > PAGE_SIZE:
         return -1
-    return (lower - 24) // 4
+    return (lower - SIZE_OF_PAGE_HEADER) // ITEM_ID_SIZE
 
 
 @njit(cache=True, nogil=True)
@@ -182,20 +200,20 @@ def count_tuples(pages):
     b = pages.reshape(-1)
     n = 0
     for pg in range(pages.shape[0]):
-        base = pg * 8192
+        base = pg * PAGE_SIZE
         items = _page_ok(b, base)
         if items < 0:
             return -1 - pg
         for i in range(items):
-            lp = _u32(b, base + 24 + 4 * i)
-            if ((lp >> 15) & 3) == 1:
+            lp = _u32(b, base + SIZE_OF_PAGE_HEADER + ITEM_ID_SIZE * i)
+            if ((lp >> 15) & 3) == LP_NORMAL:
                 n += 1
     return n
 
 
 @njit(cache=True, nogil=True)
 def extract(pages, first_block, attlen, attalign, slot, code, n_scalars, n_tuples):
-    """Decode every LP_NORMAL tuple of ``pages`` (rows × 8192 uint8).
+    """Decode every LP_NORMAL tuple of ``pages`` (rows × PAGE_SIZE uint8).
 
     Returns per tuple: block, line pointer number, xmin, xmax, infomask, status (OK,
     UNUSABLE for NULLs and unusable arrays, UNDECODABLE), scalar values, and for an array
@@ -215,17 +233,17 @@ def extract(pages, first_block, attlen, attalign, slot, code, n_scalars, n_tuple
     natt_want = attlen.shape[0]
     k = 0
     for pg in range(pages.shape[0]):
-        base = pg * 8192
+        base = pg * PAGE_SIZE
         items = _page_ok(b, base)
         for i in range(items):
-            lp = _u32(b, base + 24 + 4 * i)
-            if ((lp >> 15) & 3) != 1:
+            lp = _u32(b, base + SIZE_OF_PAGE_HEADER + ITEM_ID_SIZE * i)
+            if ((lp >> 15) & 3) != LP_NORMAL:
                 continue
             off = lp & 0x7FFF
             ln = lp >> 17
             blk[k] = first_block + pg
             lpn[k] = i + 1
-            if ln < 23 or off + ln > 8192:
+            if ln < SIZE_OF_HEAP_TUPLE_HEADER or off + ln > PAGE_SIZE:
                 status[k] = UNDECODABLE
                 xmin[k] = 0
                 xmax[k] = 0
@@ -235,18 +253,18 @@ def extract(pages, first_block, attlen, attalign, slot, code, n_scalars, n_tuple
             t = base + off
             end = t + ln
             xmin[k] = _u32(b, t)
-            xmax[k] = _u32(b, t + 4)
-            infomask2 = _u16(b, t + 18)
-            infomask = _u16(b, t + 20)
+            xmax[k] = _u32(b, t + T_XMAX)
+            infomask2 = _u16(b, t + T_INFOMASK2)
+            infomask = _u16(b, t + T_INFOMASK)
             mask[k] = infomask
-            hoff = np.int64(b[t + 22])
-            natts = infomask2 & 0x07FF
-            hasnull = (infomask & 1) != 0
+            hoff = np.int64(b[t + T_HOFF])
+            natts = infomask2 & HEAP_NATTS_MASK
+            hasnull = (infomask & HEAP_HASNULL) != 0
             data = t + hoff
             cur = np.int64(0)
             st = OK
             for a in range(natt_want):
-                if a >= natts or (hasnull and ((b[t + 23 + (a >> 3)] >> (a & 7)) & 1) == 0):
+                if a >= natts or (hasnull and ((b[t + SIZE_OF_HEAP_TUPLE_HEADER + (a >> 3)] >> (a & 7)) & 1) == 0):
                     if slot[a] != SKIP:
                         st = max(st, UNUSABLE)
                     continue
@@ -287,28 +305,28 @@ def extract(pages, first_block, attlen, attalign, slot, code, n_scalars, n_tuple
                         break
                     if slot[a] == ARRAY:
                         v = pos + hdr - 4  # where a 4-byte-header array would start
-                        ndim = _i32(b, v + 4)
-                        dataoffset = _i32(b, v + 8)
-                        elem = _u32(b, v + 12)
+                        ndim = _i32(b, v + ARR_NDIM)
+                        dataoffset = _i32(b, v + ARR_DATAOFFSET)
+                        elem = _u32(b, v + ARR_ELEMTYPE)
                         ec = -1
-                        if elem == 701:
-                            ec = 4
-                        elif elem == 700:
-                            ec = 3
-                        elif elem == 20:
-                            ec = 2
-                        elif elem == 23:
-                            ec = 1
-                        elif elem == 21:
-                            ec = 0
+                        if elem == FLOAT8OID:
+                            ec = FLOAT8
+                        elif elem == FLOAT4OID:
+                            ec = FLOAT4
+                        elif elem == INT8OID:
+                            ec = INT8
+                        elif elem == INT4OID:
+                            ec = INT4
+                        elif elem == INT2OID:
+                            ec = INT2
                         if ec < 0:
                             st = UNDECODABLE
                             break
                         if ndim != 1 or dataoffset != 0:  # not a vector, or has NULL elements
                             st = max(st, UNUSABLE)
                         else:
-                            n = _i32(b, v + 16)
-                            apos[k] = v + 24  # MAXALIGN(16 + 8 * ndim) for ndim = 1
+                            n = _i32(b, v + ARR_DIM0)
+                            apos[k] = v + ARR_DATA_1D
                             alen[k] = n
                             acode[k] = ec
                 elif L == -2:  # cstring: skip to its terminator
@@ -327,14 +345,14 @@ def extract(pages, first_block, attlen, attalign, slot, code, n_scalars, n_tuple
 def gather_arrays(pages, rows, dest, apos, acode, width, out):
     """Copy the array elements of tuples ``rows`` (each of length ``width``) into ``out[dest]``."""
     b = pages.reshape(-1)
-    esize = np.array([2, 4, 8, 4, 8, 4], np.int64)
+    esize = np.array([2, 4, 8, 4, 8, 4], np.int64)  # bytes per element, by type code INT2..OID
     for r in range(rows.shape[0]):
         t = rows[r]
         c = acode[t]
         p = apos[t]
         step = esize[c]
         o = dest[r]
-        if c == 4:
+        if c == FLOAT8:
             for j in range(width):
                 out[o, j] = _ld_f64(b, p + j * 8)
         else:
@@ -484,12 +502,12 @@ GROUP_PAGES = 256  #: pages per COPY row (one 2 MiB bytea): few messages, little
 
 
 def _fetch(conninfo: str, fn: sql.Composable, relname: str, lo: int, hi: int) -> np.ndarray:
-    """Blocks lo..hi-1 as a (pages, 8192) uint8 array, read on a connection of its own.
+    """Blocks lo..hi-1 as a (pages, PAGE_SIZE) uint8 array, read on a connection of its own.
 
     One COPY BINARY statement returns the pages in rows of :data:`GROUP_PAGES` pages each
     (``string_agg`` of ``get_raw_page``), streamed straight into the preallocated result.
-    Both ``generate_series`` scans feed their consumers in order (an ``ORDER BY`` would sort
-    megabytes of bytea and halve the throughput)."""
+    Both ``generate_series`` scans feed their consumers in order, so no ``ORDER BY`` (which
+    would sort megabytes of bytea) is needed."""
     pages = np.empty((hi - lo, PAGE_SIZE), np.uint8)
     query = sql.SQL(
         "COPY (SELECT (SELECT string_agg({fn}({rel}, 'main', b), ''::bytea) "
@@ -500,7 +518,7 @@ def _fetch(conninfo: str, fn: sql.Composable, relname: str, lo: int, hi: int) ->
         with c.cursor().copy(query) as copy:
             end = _copy_into(copy, pages.reshape(-1))
     if end != pages.size:
-        raise StriderFallback("get_raw_page did not return one 8192-byte page per block")
+        raise StriderFallback(f"get_raw_page did not return one {PAGE_SIZE}-byte page per block")
     return pages
 
 
