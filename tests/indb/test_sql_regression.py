@@ -1,6 +1,15 @@
-"""The sql/ regression suite: each sql/input/*.sql runs through psql; output must equal sql/expected/*.out."""
+"""The sql/ regression suite: sql/sql/*.sql, whose output must equal sql/expected/*.out.
+
+``test_sql_regression`` feeds each script to psql as pg_regress does (same options, same
+database settings, input on stdin), so one set of expected files serves both this test and
+``make installcheck``; ``test_make_installcheck`` runs the suite through PGXS's
+``make installcheck`` against the same cluster, as every contrib module's suite runs.
+"""
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -8,25 +17,61 @@ import pytest
 
 from tests.pgfixtures import PG_BINDIR
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
-CASES = sorted((SQL_DIR / "input").glob("*.sql"))
+pytestmark = pytest.mark.postgres
+
+REPO = Path(__file__).resolve().parents[2]
+SQL_DIR = REPO / "sql"
+CASES = sorted((SQL_DIR / "sql").glob("*.sql"))
+PG_CONFIG = Path(PG_BINDIR) / "pg_config"
+
+# What pg_regress sets for every database it creates (src/test/regress/pg_regress.c).
+REGRESS_DATABASE_SETTINGS = {"lc_messages": "C", "lc_monetary": "C", "lc_numeric": "C", "lc_time": "C",
+                             "bytea_output": "hex", "timezone_abbreviations": "Default"}
 
 
 def run_psql(conn, script: Path) -> str:
-    """Run ``script`` with psql against ``conn``'s database, echoing statements (like pg_regress)."""
+    """Run ``script`` as pg_regress runs a test: ``psql -X -a -q`` with the script on stdin."""
     info = conn.info
-    cmd = [str(Path(PG_BINDIR) / "psql"), "-X", "-a", "-q", "-h", info.host, "-p", str(info.port),
-           "-U", info.user, "-d", info.dbname, "-f", str(script)]
-    res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
-    # psql prefixes errors with the script path; make the output location-independent.
-    return res.stdout.replace(f"psql:{script}", f"psql:{script.name}")
+    env = {**os.environ, "PGHOST": info.host, "PGPORT": str(info.port), "PGUSER": info.user,
+           "PGTZ": "PST8PDT", "PGDATESTYLE": "Postgres, MDY", "PGAPPNAME": f"pg_regress/{script.stem}"}
+    cmd = [str(Path(PG_BINDIR) / "psql"), "-X", "-a", "-q", "-d", info.dbname,
+           "-v", "HIDE_TABLEAM=on", "-v", "HIDE_TOAST_COMPRESSION=on"]
+    with script.open() as stdin:
+        res = subprocess.run(cmd, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             env=env, timeout=60)
+    return res.stdout
 
 
 @pytest.mark.parametrize("script", CASES, ids=[c.stem for c in CASES])
-def test_sql_regression(postgresql, script, tmp_path):  # noqa: F811
+def test_sql_regression(postgresql, script, tmp_path):
     postgresql.autocommit = True
+    for name, value in REGRESS_DATABASE_SETTINGS.items():
+        postgresql.execute(f'ALTER DATABASE "{postgresql.info.dbname}" SET {name} TO \'{value}\'')
     actual = run_psql(postgresql, script)
     (tmp_path / f"{script.stem}.out").write_text(actual)  # to diff against, or to adopt after review
     expected_file = SQL_DIR / "expected" / f"{script.stem}.out"
     assert expected_file.exists(), f"no expected output; actual is in {tmp_path}"
     assert actual == expected_file.read_text(), f"output differs; actual is in {tmp_path}"
+
+
+def pgxs_or_skip() -> None:
+    pgxs = subprocess.run([str(PG_CONFIG), "--pgxs"], capture_output=True, text=True).stdout.strip()
+    if not (pgxs and Path(pgxs).exists() and shutil.which("make")):
+        pytest.skip("PGXS (Debian postgresql-server-dev-15) and make are needed")
+
+
+def test_make_installcheck(postgresql_proc, tmp_path):
+    """``make -C extension installcheck`` runs every script of sql/sql and passes.  It runs on
+    copies of extension/ and sql/: pg_regress writes its results next to the Makefile."""
+    pgxs_or_skip()
+    for d in ("extension", "sql"):
+        shutil.copytree(REPO / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PGHOST": postgresql_proc.host, "PGPORT": str(postgresql_proc.port),
+           "PGUSER": postgresql_proc.user}
+    res = subprocess.run(["make", "-C", str(tmp_path / "extension"), "installcheck", f"PG_CONFIG={PG_CONFIG}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
+    diffs = tmp_path / "extension" / "regression.diffs"
+    assert res.returncode == 0, res.stdout + (diffs.read_text() if diffs.exists() else "")
+    for case in CASES:
+        assert re.search(rf"\b{case.stem}\s+\.\.\. ok\b", res.stdout), res.stdout
+    assert len(re.findall(r"\.\.\. ok\b", res.stdout)) == len(CASES)

@@ -1,4 +1,5 @@
 -- Feature lists, prediction rules, LMF prediction, drop_model and refusals made before any server call.
+-- Self-contained: creates the extension and drops it (and what CASCADE installed) at the end.
 \set VERBOSITY terse
 CREATE EXTENSION learnedidx CASCADE;
 SELECT learnedidx._split_indep('x1, x2') AS cols, learnedidx._intercept('x1, x2') AS intercept;
@@ -22,3 +23,4 @@ SELECT to_regclass('lin3') IS NULL AS table_dropped, count(*) AS catalog_rows FR
 SELECT learnedidx.drop_model('lin3');
 CREATE TEMP TABLE tt (y float8, x float8);
 SELECT * FROM learnedidx.linregr_train('tt', 'tt_model', 'y', 'x');
+DROP EXTENSION learnedidx, pageinspect, plpython3u;

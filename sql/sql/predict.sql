@@ -1,4 +1,5 @@
 -- Prediction over stored coefficients, the catalog, and the server-down error (no server needed).
+-- Self-contained: creates the extension and drops it (and what CASCADE installed) at the end.
 \set VERBOSITY terse
 CREATE EXTENSION learnedidx CASCADE;
 INSERT INTO learnedidx.models (name, algorithm, source, dep, indep, coef)
@@ -16,3 +17,4 @@ SET learnedidx.socket = '/nonexistent/accel.sock';
 CREATE TABLE d (y float8, x float8[]);
 SELECT * FROM learnedidx.linregr_train('d', 'd_model', 'y', 'x');
 SELECT count(*) FROM learnedidx.models WHERE name = 'd_model';
+DROP EXTENSION learnedidx, pageinspect, plpython3u;

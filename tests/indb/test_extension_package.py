@@ -1,0 +1,140 @@
+"""The extension ships as package data: a built wheel holds it (and every package of the
+source tree), ``learnedidx pg install`` from an installed wheel installs it into a
+PostgreSQL installation where ``CREATE EXTENSION`` works, and it installs exactly what PGXS's
+``make install`` installs from a copy of the package data."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from learnedidx.indb import install
+from learnedidx.indb.cluster import TempCluster
+from tests.indb.test_sql_regression import PG_CONFIG, REPO, pgxs_or_skip
+
+EXTENSION_FILES = ("learnedidx.control", "learnedidx--0.1.sql", "Makefile")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """A wheel built from a copy of the source tree (the suite may run from a read-only
+    checkout), offline: with this environment's setuptools, no build isolation."""
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    for d in ("learnedidx", "extension"):
+        shutil.copytree(REPO / d, src / d, ignore=shutil.ignore_patterns("__pycache__", "results", "regression.*"))
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir",
+                    "--disable-pip-version-check", "-q", "-w", str(out), str(src)],
+                   check=True, capture_output=True, text=True, timeout=300)
+    (whl,) = out.glob("learnedidx-*.whl")
+    return whl
+
+
+def test_the_wheel_holds_the_extension_and_every_module(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        for f in EXTENSION_FILES:
+            assert z.read(f"learnedidx/_extension/{f}") == (REPO / "extension" / f).read_bytes()
+    modules = {p.relative_to(REPO).as_posix() for p in (REPO / "learnedidx").rglob("*.py")}
+    assert modules - names == set()  # a package missing from pyproject's list would be missing here
+    assert "learnedidx/workloads/ycsb_workloads/workloada" in names and "learnedidx/py.typed" in names
+
+
+def test_package_data_is_what_the_extension_directory_holds():
+    assert install.data_files() == ["learnedidx.control", "learnedidx--0.1.sql"]
+    with install.source_tree() as src:
+        assert sorted(p.name for p in src.iterdir()) == sorted(EXTENSION_FILES)
+        for f in EXTENSION_FILES:
+            assert (src / f).read_bytes() == (REPO / "extension" / f).read_bytes()
+
+
+def _pg_config(flag: str) -> Path:
+    return Path(install.pg_config(str(PG_CONFIG), flag))
+
+
+def _copy_postgres(dst: Path) -> Path:
+    """A relocated copy of the PostgreSQL installation (binaries, modules, share directory;
+    PostgreSQL finds the latter two relative to its binaries) without learnedidx's files.
+    Returns the copy's pg_config."""
+    dirs = [_pg_config(f) for f in ("--bindir", "--pkglibdir", "--sharedir")]
+    root = Path(os.path.commonpath(dirs))
+    for d in dirs:
+        shutil.copytree(d, dst / d.relative_to(root), symlinks=True,
+                        ignore=shutil.ignore_patterns("bitcode", "learnedidx*"))
+    return dst / _pg_config("--bindir").relative_to(root) / "pg_config"
+
+
+def test_pg_install_from_an_installed_wheel(wheel, tmp_path):
+    """pip install of the wheel into a fresh venv, then that venv's ``learnedidx pg install``
+    into a copy of the PostgreSQL installation: CREATE EXTENSION learnedidx CASCADE works."""
+    if os.geteuid() == 0:
+        pytest.skip("PostgreSQL cannot run as root")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
+                    "--no-index", "--no-cache-dir", "--disable-pip-version-check", "-q", str(wheel)],
+                   check=True, capture_output=True, text=True, timeout=300)
+    # The dependencies come from this environment (a path entry, after the venv's own site).
+    python = str(venv / "bin" / "python")
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    (site / "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    where = subprocess.run([python, "-c", "import learnedidx.indb.install as i; "
+                            "print(i.__file__); print(i.package_files())"],
+                           check=True, capture_output=True, text=True, cwd=tmp_path).stdout.split()
+    assert all(Path(w).is_relative_to(site) for w in where), where  # the wheel's copy, not the checkout
+
+    pg_config = _copy_postgres(tmp_path / "pg")
+    sharedir = Path(install.pg_config(str(pg_config), "--sharedir")) / "extension"
+    assert sharedir.is_relative_to(tmp_path) and not (sharedir / "learnedidx.control").exists()
+    res = subprocess.run([str(venv / "bin" / "learnedidx"), "pg", "install", "--pgconfig", str(pg_config)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr
+    for f in ("learnedidx.control", "learnedidx--0.1.sql"):
+        assert f"installed {sharedir / f}" in res.stdout
+        assert (sharedir / f).read_bytes() == (REPO / "extension" / f).read_bytes()
+
+    with TempCluster(str(pg_config.parent), settings={"shared_buffers": "32MB", "max_wal_size": "64MB"}) as c:
+        with psycopg.connect(c.conninfo, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION learnedidx CASCADE")
+            version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'learnedidx'").fetchone()
+            assert version == ("0.1",)
+            assert conn.execute("SELECT learnedidx._split_indep('ARRAY[1, a, b]')").fetchone() == (["a", "b"],)
+
+
+def test_pg_install_installs_what_make_install_installs(tmp_path):
+    """PGXS ``make install`` from a copy of the package data, and ``learnedidx pg install``,
+    put the same files with the same mode into the extension directory."""
+    pgxs_or_skip()
+    with install.source_tree() as src:
+        subprocess.run(["make", "-C", str(src), "install", f"PG_CONFIG={PG_CONFIG}", f"DESTDIR={tmp_path / 'pgxs'}"],
+                       check=True, capture_output=True, text=True, timeout=120)
+    pgxs_dir = tmp_path / "pgxs" / _pg_config("--sharedir").relative_to("/") / "extension"
+    ours = tmp_path / "ours" / "extension"
+    ours.mkdir(parents=True)
+    fake = tmp_path / "pg_config"  # answers --sharedir with the scratch directory
+    fake.write_text(f"#!/bin/sh\necho {ours.parent}\n")
+    fake.chmod(0o755)
+    installed = install.install(str(fake))
+    assert sorted(p.name for p in installed) == sorted(p.name for p in pgxs_dir.iterdir()) == \
+        ["learnedidx--0.1.sql", "learnedidx.control"]
+    for p in installed:
+        theirs = pgxs_dir / p.name
+        assert p.read_bytes() == theirs.read_bytes()
+        assert stat.S_IMODE(p.stat().st_mode) == stat.S_IMODE(theirs.stat().st_mode) == 0o644
+
+
+def test_pg_install_refuses_a_pg_config_that_does_not_run(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "learnedidx.cli", "pg", "install", "--pgconfig",
+                          str(tmp_path / "missing")], capture_output=True, text=True)
+    assert res.returncode == 1 and "cannot run" in res.stderr and "Traceback" not in res.stderr
