@@ -43,10 +43,17 @@ LANGUAGE plpgsql VOLATILE AS $$ BEGIN RAISE EXCEPTION '%', message USING ERRCODE
 CREATE FUNCTION learnedidx._call(op text, request jsonb) RETURNS jsonb
 LANGUAGE plpython3u VOLATILE AS $py$
 import json, os, socket, struct
-path = plpy.execute("SELECT current_setting('learnedidx.socket', true) AS s")[0]["s"]
-if not path:
+# Copies of the Python package's constants (this code imports the standard library only);
+# tests/indb/test_extension_sql.py checks each against its original.
+HEADER, MAGIC, VERSION = ">2sBBI", b"LX", 1  # learnedidx.server.protocol: frame header
+def default_socket_path():
+    # learnedidx.server.protocol.default_socket_path(), in the backend's environment
+    env = os.environ.get("LEARNEDIDX_SOCKET")
+    if env:
+        return env
     base = os.environ.get("XDG_RUNTIME_DIR")
-    path = os.path.join(base, "learnedidx", "accel.sock") if base else "/tmp/learnedidx-%d/accel.sock" % os.getuid()
+    return os.path.join(base, "learnedidx", "accel.sock") if base else "/tmp/learnedidx-%d/accel.sock" % os.getuid()
+path = plpy.execute("SELECT current_setting('learnedidx.socket', true) AS s")[0]["s"] or default_socket_path()
 payload = json.dumps({"op": op, "id": 1, "args": json.loads(request)}).encode()
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
@@ -57,7 +64,7 @@ except OSError as exc:
                hint="start it with: learnedidx server start --socket %s (or SET learnedidx.socket)" % path,
                sqlstate="08006")
 try:
-    s.sendall(struct.pack(">2sBBI", b"LX", 1, 0, len(payload)) + payload)
+    s.sendall(struct.pack(HEADER, MAGIC, VERSION, 0, len(payload)) + payload)
     s.settimeout(0.2)
     def recv_exact(n):
         chunks = []
@@ -73,8 +80,8 @@ try:
             chunks.append(c)
             n -= len(c)
         return b"".join(chunks)
-    magic, version, flags, length = struct.unpack(">2sBBI", recv_exact(8))
-    if magic != b"LX" or version != 1:
+    magic, version, flags, length = struct.unpack(HEADER, recv_exact(struct.calcsize(HEADER)))
+    if magic != MAGIC or version != VERSION:
         plpy.error("unexpected reply from the learnedidx accelerator server at %s" % path)
     reply = json.loads(recv_exact(length))
 finally:
@@ -119,8 +126,8 @@ if plpy.execute(plpy.prepare("SELECT 1 FROM learnedidx.models WHERE name = $1", 
 if plpy.execute(plpy.prepare("SELECT to_regclass($1) IS NOT NULL AS e", ["text"]), [out_table])[0]["e"]:
     plpy.error("output table %s already exists" % out_table, sqlstate="42P07")
 import re
-is_query = re.match(r"\s*(\(|(select|with|values)\b)", source, re.I)  # as learnedidx.indb.access.QUERY_SOURCE
-src = [] if is_query else plpy.execute(plpy.prepare(
+QUERY_SOURCE = re.compile(r"\s*(\(|(select|with|values)\b)", re.I)  # learnedidx.indb.read.access.QUERY_SOURCE
+src = [] if QUERY_SOURCE.match(source) else plpy.execute(plpy.prepare(
     "SELECT c.relpersistence AS p FROM pg_class c WHERE c.oid = to_regclass($1)", ["text"]), [source])
 if len(src) and src[0]["p"] == "t":
     plpy.error("learnedidx cannot train on temporary table %s" % source,
