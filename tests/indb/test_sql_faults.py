@@ -85,6 +85,20 @@ def test_column_privileges_and_forced_row_level_security(db):
     assert (n, want, path) == (25, 25, "copy")
 
 
+def test_row_security_is_checked_as_it_applies_to_the_caller(db):
+    """docs/indb.md: row-level security is checked with row_security_active(), not the
+    table's relrowsecurity flag: a table with RLS enabled whose policies do not apply to the
+    caller (here its owner, without FORCE) is read by the Strider, every row."""
+    db.execute("CREATE TABLE rls_owned (y float8, x float8)")
+    db.execute("INSERT INTO rls_owned SELECT g, g % 5 FROM generate_series(1, 40) g")
+    db.execute("ALTER TABLE rls_owned ENABLE ROW LEVEL SECURITY")
+    db.execute("CREATE POLICY nothing ON rls_owned USING (false)")
+    n = db.execute("SELECT num_rows_processed FROM learnedidx.linregr_train('rls_owned', 'rls_owned_m', 'y', 'x')"
+                   ).fetchone()[0]
+    path = db.execute("SELECT read_path FROM learnedidx.models WHERE name = 'rls_owned_m'").fetchone()[0]
+    assert (n, path) == (40, "strider")
+
+
 def _cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
