@@ -1,9 +1,11 @@
-"""The runtime of in-database training: the engine loop, data preparation, the built-in
-algorithms and the registry of user algorithms, over algorithms compiled by
-:mod:`learnedidx.indb.dsl`.
+"""The runtime of in-database training: the engine loop (:mod:`.engine`), data preparation
+(:mod:`.data`), the built-in algorithms (:mod:`.builtins`) and the registry of user
+algorithms with train and predict (:mod:`.algorithms`), over algorithms compiled by
+:mod:`learnedidx.indb.dsl`::
 
->>> from learnedidx.indb import runtime
->>> out = runtime.train("linregr", {"X": X, "y": y}, threads=2)   # doctest: +SKIP
+    from learnedidx.indb import runtime
+    out = runtime.train("linregr", {"X": X, "y": y}, threads=2)
+    runtime.predict("linregr", out.model, X)
 """
 from __future__ import annotations
 
