@@ -14,7 +14,7 @@ import time
 import numpy as np
 from numba import njit
 
-from learnedidx.index.training import TrainResult, register_backend
+from learnedidx.index.training import TrainResult
 
 RANK_TOL = 1e-300
 RIDGE = 1e-6
@@ -187,6 +187,3 @@ class CpuBackend:
         )
         return TrainResult(R=R, coef=x, seconds=time.perf_counter() - t0)
 
-
-
-register_backend("cpu", CpuBackend)

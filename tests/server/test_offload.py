@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import learnedidx
-from learnedidx.accel.backends import ServerBackend
+from learnedidx.server.backend import ServerBackend
 from learnedidx.errors import RemoteError
 from learnedidx.server.client import Client
 from learnedidx.server.process import spawn
