@@ -44,8 +44,11 @@ class Retrainer:
     Called by one merge at a time (the store's merge lock)."""
 
     def __init__(self, opts: StoreOptions) -> None:
-        self.trainer: TrainingBackend = (get_backend(opts.trainer, **opts.trainer_options)
-                                         if isinstance(opts.trainer, str) else opts.trainer)
+        try:
+            self.trainer: TrainingBackend = (get_backend(opts.trainer, **opts.trainer_options)
+                                             if isinstance(opts.trainer, str) else opts.trainer)
+        except ConfigError as exc:
+            raise ConfigError(f"trainer: {exc}") from None
         limit = feature_limit(self.trainer)
         if limit is not None and opts.max_features > limit:
             raise ConfigError(f"max_features {opts.max_features} exceeds the {limit} features training "
