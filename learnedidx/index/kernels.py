@@ -307,8 +307,8 @@ def group_lower_bound(arena, offsets, heads, gint, coef, g, q, items=0):
     _prefetch_window(heads, offsets, items, a, b)
     r = _heads_bound(heads, qh, a, b)
     if r < b:
-        # Most likely q's slot: loading its value now overlaps the key compare's miss
-        # (a lookup is ~17% faster than prefetching the value once the compare is done).
+        # Most likely q's slot: loading its value now overlaps the key compare's miss,
+        # instead of following it (docs/training.md, "Error bounds and lookups").
         prefetch_value(items, r)
     return _finish(arena, offsets, heads, gint, g, q, qh, a, b, r)
 
@@ -464,9 +464,9 @@ D_SLOTS = 11
 
 def index_descriptor(arena, offsets, heads, gint, coef, items, max_len) -> np.ndarray:
     """What a point lookup reads, as one int64 array of addresses and sizes, passed to
-    :func:`find_at`/:func:`seek_at` by its own address: Numba unboxes an int in ~10 ns,
-    where a structref over the arrays takes ~70 ns and six array arguments ~150 ns (a
-    point lookup's whole compiled part takes ~150 ns when its lines are cached).
+    :func:`find_at`/:func:`seek_at` by its own address: Numba unboxes one int far faster
+    than a structref over the arrays or the six arrays themselves, a cost comparable to
+    the whole compiled lookup (figures in docs/training.md).
 
     ``max_len``: the longest valid query (:func:`find_at` answers -2 for others).
     The caller keeps the arrays (and the descriptor) alive while lookups may use it;
@@ -495,8 +495,9 @@ def _arrays_at(addr):
 
 # Single-key entry points for Python's per-operation API hold the GIL on purpose: a
 # sub-microsecond call that releases it hands the interpreter to any runnable thread (the
-# background merger, say) and waits up to its switch interval to get it back, which cut
-# per-op lookups from ~950k/s to ~200k/s beside one busy thread.  Loops stay nogil.
+# background merger, say) and waits up to its switch interval to get it back, which
+# cost per-op lookups most of their throughput beside one busy thread (docs/training.md).
+# Loops stay nogil.
 @njit(cache=True)
 def find_at(desc, q) -> int:
     """:func:`find_one` over the index whose descriptor is at address ``desc`` (see

@@ -1,9 +1,9 @@
 """Reading CPython lists and ``bytes`` objects from compiled code.
 
 A batch of keys arrives as a Python list of ``bytes``.  Packing it into an arena from
-Python costs three interpreter passes over the list (type check, lengths, join), ~65 ns a
-key; :func:`pack_bytes_list` does it in one compiled pass over the list's item array,
-reading each object's type, size and bytes in place (~10 ns a key).  The same item array
+Python costs three interpreter passes over the list (type check, lengths, join);
+:func:`pack_bytes_list` does it in one compiled pass over the list's item array, reading
+each object's type, size and bytes in place (figures in docs/training.md).  The same item array
 of a store's value list lets lookups prefetch the value they are about to return.
 
 Both rely on CPython's object layout (a list's ``ob_item`` pointer after its header, a
