@@ -17,7 +17,8 @@ __version__ = "0.1.0"
 def open(path=None, **options):  # noqa: A001 - mirrors builtins.open / dbm.open
     """Open a store: in memory when ``path`` is None, else durable at ``path``.
 
-    See :class:`learnedidx.index.store.Store` for the options.
+    The options are the fields of :class:`learnedidx.index.options.StoreOptions`
+    (docs/store.md); invalid ones raise :class:`~learnedidx.errors.ConfigError`.
     """
     from learnedidx.index.store import Store
 

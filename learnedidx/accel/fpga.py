@@ -23,6 +23,7 @@ from numba import njit
 
 from learnedidx.accel.config import DeviceConfig
 from learnedidx.errors import ConfigError
+from learnedidx.index.qr import back_substitute, forward_substitute_t
 
 #: Tikhonov rows included once in every full factorization: column j gets a row with
 #: ``RIDGE * ||A_j||`` (1.0 for an all-zero column).  Degenerate key columns (padding, bytes
@@ -119,28 +120,6 @@ def tsqr(At, blocks, width):
     return householder_unit(W2, width)
 
 
-@njit(cache=True, nogil=True)
-def back_solve(R, rhs, n):
-    x = np.zeros(n, R.dtype)
-    for i in range(n - 1, -1, -1):
-        s = rhs[i]
-        for j in range(i + 1, n):
-            s -= R[i, j] * x[j]
-        x[i] = s / R[i, i] if R[i, i] != 0 else 0.0
-    return x
-
-
-@njit(cache=True, nogil=True)
-def forward_solve_t(R, rhs, n):
-    z = np.zeros(n, R.dtype)
-    for i in range(n):
-        s = rhs[i]
-        for j in range(i):
-            s -= R[j, i] * z[j]
-        z[i] = s / R[i, i] if R[i, i] != 0 else 0.0
-    return z
-
-
 def _augmented_t(A: np.ndarray, b: np.ndarray | None, ridge: float, dtype) -> np.ndarray:
     """[A b; diag(ridge·||A_j||) 0] transposed, in the device precision."""
     N, n = A.shape
@@ -179,7 +158,7 @@ class FpgaDatapath:
         Wt = _augmented_t(A, b, self.ridge, self.dtype)
         Raug = tsqr(Wt, self.blocks, self.cfg.dot_width)
         R = Raug[:n, :n]
-        x = back_solve(R, np.ascontiguousarray(Raug[:n, n]), n)
+        x = back_substitute(R, np.ascontiguousarray(Raug[:n, n]))
         return R.astype(np.float64), x.astype(np.float64), cycles_full(self.cfg, N, n)
 
     def incremental(self, R_old: np.ndarray, A_delta: np.ndarray, A: np.ndarray, b: np.ndarray,
@@ -200,8 +179,7 @@ class FpgaDatapath:
         At = np.ascontiguousarray(A.T.astype(self.dtype))
         bb = b.astype(self.dtype)
         atb = np.array([tree_dot(At[j], bb, 0, self.cfg.dot_width) for j in range(n)], self.dtype)
-        z = forward_solve_t(R, atb, n)
-        x = back_solve(R, z, n)
+        x = back_substitute(R, forward_substitute_t(R, atb))
         return R.astype(np.float64), x.astype(np.float64), cycles_incremental(self.cfg, N, n, d, r_resident)
 
 

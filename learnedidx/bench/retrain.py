@@ -6,7 +6,7 @@ import typer
 
 from learnedidx.bench.common import best_of, parse_list, print_table
 from learnedidx.index import kernels as K
-from learnedidx.index.store import KeyBatch
+from learnedidx.index.keys import KeyBatch
 from learnedidx.index.training import get_backend
 
 

@@ -47,7 +47,6 @@ class Recovered:
     val_arena: np.ndarray
     val_offsets: np.ndarray
     log: list = field(default_factory=list)
-    warnings: list = field(default_factory=list)
 
 
 def _encode(op: int, key: bytes, value: bytes | None) -> bytes:
@@ -135,7 +134,6 @@ class Durability:
                 break
         for n in notes:
             warnings.warn(n, LogRecoveryWarning, stacklevel=2)
-        rec.warnings = notes
         segs = self._segments("wal", ".log")
         self._open_segment(max([base] + segs))
         if self.sync == "batch":

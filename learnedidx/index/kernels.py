@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import carray, njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+
+from learnedidx.native import load_be64, load_word, pointer_to, prefetch, prefetch_address
 
 # Columns of the packed group matrix ``gint``.
 G_START, G_END, G_PREFIX, G_FEAT, G_ERRLO, G_ERRHI, G_PHEAD = range(7)
@@ -49,24 +48,6 @@ def build_heads(arena, offsets, gint):
         for i in range(gint[g, G_START], gint[g, G_END]):
             heads[i] = head(arena, offsets[i] + plen, offsets[i + 1])
     return heads
-
-
-@intrinsic
-def load_be64(typingctx, buf, idx):
-    """The 8 bytes at ``buf[idx:idx+8]`` (a contiguous uint8 buffer; the caller checks the
-    bounds) as a big-endian uint64, so that unsigned order is byte order."""
-    if not (isinstance(buf, types.Buffer) and buf.dtype == types.uint8 and isinstance(idx, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        i64 = ir.IntType(64)
-        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i64.as_pointer())
-        word = builder.load(ptr, align=1)  # unaligned loads are fine on x86-64 and AArch64
-        bswap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64]), "llvm.bswap.i64")
-        return builder.call(bswap, [word])
-
-    return types.uint64(buf, idx), codegen
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -218,55 +199,6 @@ def _has_prefix(arena, offsets, i, q, plen) -> bool:
     return True
 
 
-@intrinsic
-def prefetch(typingctx, arr, idx):
-    """Hint the CPU to fetch the cache line of ``arr[idx]`` (no bounds check needed: a
-    prefetch never faults and has no effect on results)."""
-    if not isinstance(arr, types.Array) or not isinstance(idx, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        _emit_prefetch(builder, builder.gep(ary.data, [args[1]]))
-        return context.get_dummy_value()
-
-    return types.void(arr, idx), codegen
-
-
-def _emit_prefetch(builder, ptr) -> None:
-    i8p = ir.IntType(8).as_pointer()
-    i32 = ir.IntType(32)
-    fn = cgutils.get_or_insert_function(
-        builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0i8")
-    # read access, high temporal locality, data cache
-    builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
-
-
-@intrinsic
-def prefetch_address(typingctx, addr):
-    """:func:`prefetch` of a raw address (never faults, whatever the address)."""
-    if not isinstance(addr, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        _emit_prefetch(builder, builder.inttoptr(args[0], ir.IntType(8).as_pointer()))
-        return context.get_dummy_value()
-
-    return types.void(addr), codegen
-
-
-@intrinsic
-def load_word(typingctx, addr):
-    """The int64 stored at a raw address (the caller guarantees it is readable)."""
-    if not isinstance(addr, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.load(builder.inttoptr(args[0], ir.IntType(64).as_pointer()))
-
-    return types.int64(addr), codegen
-
-
 @njit(cache=True, nogil=True, inline="always")
 def prefetch_value(items, i) -> None:
     """Start loading the Python object at slot i of a list's item array (address ``items``;
@@ -375,8 +307,8 @@ def group_lower_bound(arena, offsets, heads, gint, coef, g, q, items=0):
     _prefetch_window(heads, offsets, items, a, b)
     r = _heads_bound(heads, qh, a, b)
     if r < b:
-        # Most likely q's slot: loading its value now overlaps the key compare's miss
-        # (a lookup is ~17% faster than prefetching the value once the compare is done).
+        # Most likely q's slot: loading its value now overlaps the key compare's miss,
+        # instead of following it (docs/training.md, "Error bounds and lookups").
         prefetch_value(items, r)
     return _finish(arena, offsets, heads, gint, g, q, qh, a, b, r)
 
@@ -521,25 +453,9 @@ def search_many(arena, offsets, heads, gint, coef, qarena, qoffsets, exact, item
     return out
 
 
-def _pointer_to(dtype):
-    """An intrinsic turning an integer address into a ``dtype`` pointer (for ``carray``)."""
-
-    @intrinsic
-    def to_pointer(typingctx, addr):
-        if not isinstance(addr, types.Integer):
-            return None
-
-        def codegen(context, builder, signature, args):
-            return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
-
-        return types.CPointer(dtype)(addr), codegen
-
-    return to_pointer
-
-
-_u8_at = _pointer_to(types.uint8)
-_i64_at = _pointer_to(types.int64)
-_f64_at = _pointer_to(types.float64)
+_u8_at = pointer_to(types.uint8)
+_i64_at = pointer_to(types.int64)
+_f64_at = pointer_to(types.float64)
 
 # Slots of an index descriptor (see :func:`index_descriptor`).
 D_ARENA, D_ARENA_LEN, D_OFFSETS, D_NKEYS, D_HEADS, D_GINT, D_NGROUPS, D_COEF, D_COEF_COLS, D_ITEMS, D_MAX_LEN = range(11)
@@ -548,9 +464,9 @@ D_SLOTS = 11
 
 def index_descriptor(arena, offsets, heads, gint, coef, items, max_len) -> np.ndarray:
     """What a point lookup reads, as one int64 array of addresses and sizes, passed to
-    :func:`find_at`/:func:`seek_at` by its own address: Numba unboxes an int in ~10 ns,
-    where a structref over the arrays takes ~70 ns and six array arguments ~150 ns (a
-    point lookup's whole compiled part takes ~150 ns when its lines are cached).
+    :func:`find_at`/:func:`seek_at` by its own address: Numba unboxes one int far faster
+    than a structref over the arrays or the six arrays themselves, a cost comparable to
+    the whole compiled lookup (figures in docs/training.md).
 
     ``max_len``: the longest valid query (:func:`find_at` answers -2 for others).
     The caller keeps the arrays (and the descriptor) alive while lookups may use it;
@@ -579,8 +495,9 @@ def _arrays_at(addr):
 
 # Single-key entry points for Python's per-operation API hold the GIL on purpose: a
 # sub-microsecond call that releases it hands the interpreter to any runnable thread (the
-# background merger, say) and waits up to its switch interval to get it back, which cut
-# per-op lookups from ~950k/s to ~200k/s beside one busy thread.  Loops stay nogil.
+# background merger, say) and waits up to its switch interval to get it back, which
+# cost per-op lookups most of their throughput beside one busy thread (docs/training.md).
+# Loops stay nogil.
 @njit(cache=True)
 def find_at(desc, q) -> int:
     """:func:`find_one` over the index whose descriptor is at address ``desc`` (see

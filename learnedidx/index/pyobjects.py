@@ -1,9 +1,9 @@
 """Reading CPython lists and ``bytes`` objects from compiled code.
 
 A batch of keys arrives as a Python list of ``bytes``.  Packing it into an arena from
-Python costs three interpreter passes over the list (type check, lengths, join), ~65 ns a
-key; :func:`pack_bytes_list` does it in one compiled pass over the list's item array,
-reading each object's type, size and bytes in place (~10 ns a key).  The same item array
+Python costs three interpreter passes over the list (type check, lengths, join);
+:func:`pack_bytes_list` does it in one compiled pass over the list's item array, reading
+each object's type, size and bytes in place (figures in docs/training.md).  The same item array
 of a store's value list lets lookups prefetch the value they are about to return.
 
 Both rely on CPython's object layout (a list's ``ob_item`` pointer after its header, a
@@ -19,11 +19,9 @@ import ctypes
 import sys
 
 import numpy as np
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
-from learnedidx.index.kernels import load_word, prefetch_address
+from learnedidx.native import copy_from_address, load_word, prefetch_address
 
 _PTR = ctypes.sizeof(ctypes.c_void_p)
 _TYPE_AT = _PTR  # PyObject: ob_refcnt, ob_type
@@ -61,23 +59,6 @@ def items_address(lst: list) -> int:
     return addr if ok else 0
 
 
-@intrinsic
-def _copy_from_address(typingctx, dst, at, src, n):
-    """Copy ``n`` bytes from raw address ``src`` into ``dst[at:at+n]`` (bounds checked by
-    the caller)."""
-    if not (isinstance(dst, types.Array) and dst.dtype == types.uint8):
-        return None
-
-    def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
-        i8p = cgutils.voidptr_t
-        cgutils.raw_memcpy(builder, builder.gep(ary.data, [args[1]]),
-                           builder.inttoptr(args[2], i8p), args[3], 1)
-        return context.get_dummy_value()
-
-    return types.void(dst, at, src, n), codegen
-
-
 _AHEAD = 8  # objects prefetched ahead of the one being read
 
 
@@ -108,5 +89,5 @@ def pack_bytes_list(lst, max_len, bytes_type):
         offsets[i + 1] = total
     arena = np.empty(total, np.uint8)
     for i in range(n):
-        _copy_from_address(arena, offsets[i], load_word(items + 8 * i) + _BYTES_AT, offsets[i + 1] - offsets[i])
+        copy_from_address(arena, offsets[i], load_word(items + 8 * i) + _BYTES_AT, offsets[i + 1] - offsets[i])
     return arena, offsets, -1

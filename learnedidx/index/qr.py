@@ -14,7 +14,7 @@ import time
 import numpy as np
 from numba import njit
 
-from learnedidx.index.training import TrainResult, register_backend
+from learnedidx.index.training import TrainResult
 
 RANK_TOL = 1e-300
 RIDGE = 1e-6
@@ -75,6 +75,8 @@ def householder_r(A: np.ndarray, b: np.ndarray) -> tuple:
 
 @njit(cache=True, nogil=True)
 def _active_mask(R: np.ndarray) -> np.ndarray:
+    """Columns whose diagonal entry is non-zero relative to the largest (``RANK_TOL``, far
+    below any FP32 or FP64 rounding noise: in effect, non-zero)."""
     n = R.shape[0]
     big = 0.0
     for i in range(n):
@@ -87,10 +89,11 @@ def _active_mask(R: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def back_substitute(R: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """Solve R x = rhs over the active columns; inactive coefficients are 0."""
+    """Solve R x = rhs over the active columns; inactive coefficients are 0.  Computes in
+    R's dtype (the emulated FPGA solves in FP32 with it)."""
     n = R.shape[0]
     active = _active_mask(R)
-    x = np.zeros(n)
+    x = np.zeros(n, R.dtype)
     for i in range(n - 1, -1, -1):
         if not active[i]:
             continue
@@ -104,10 +107,10 @@ def back_substitute(R: np.ndarray, rhs: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def forward_substitute_t(R: np.ndarray, rhs: np.ndarray) -> np.ndarray:
-    """Solve Rᵀ z = rhs over the active columns."""
+    """Solve Rᵀ z = rhs over the active columns, in R's dtype."""
     n = R.shape[0]
     active = _active_mask(R)
-    z = np.zeros(n)
+    z = np.zeros(n, R.dtype)
     for i in range(n):
         if not active[i]:
             continue
@@ -184,5 +187,3 @@ class CpuBackend:
         )
         return TrainResult(R=R, coef=x, seconds=time.perf_counter() - t0)
 
-
-register_backend("cpu", CpuBackend)

@@ -12,13 +12,18 @@ training: ``train_incremental`` factors only the new rows, re-factors the stacke
 rows.  Error bounds are always computed by the host (the store), never trusted
 from a backend.
 
-Backends register under a name with :func:`register_backend` and are looked up
-with :func:`get_backend`; ``cpu`` (in-process Numba) is the default, the
-accelerator adds ``fpga-emu`` and ``server``.
+Backends are resolved by name: first those registered in this process with
+:func:`register_backend`, then the entry points of group :data:`ENTRY_POINT_GROUP`
+(``module:attribute`` of a factory, loaded only when its name is asked for).  The project
+declares ``cpu`` (in-process Numba, :mod:`learnedidx.index.qr`), ``fpga-emu`` (the
+emulated FPGA in-process) and ``server`` (jobs sent to the accelerator server) there; other
+distributions may add theirs.  This module knows none of them by import.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
 from typing import Callable, Protocol, runtime_checkable
 
 import numpy as np
@@ -54,27 +59,48 @@ class TrainingBackend(Protocol):
         then solve ``RᵀR x = Aᵀb`` where ``A``/``b`` are all rows with their new positions."""
         ...
 
+    # Optional: ``feature_limit() -> int | None``, the widest feature length (columns - 1)
+    # the backend trains; a store whose max_features exceeds it is refused at open.
+
+
+def feature_limit(backend: TrainingBackend) -> int | None:
+    """The widest feature length ``backend`` trains (its optional ``feature_limit()``
+    method), or None when it declares no limit or cannot tell now."""
+    fn = getattr(backend, "feature_limit", None)
+    return None if fn is None else fn()
+
+
+#: Entry-point group naming the training backends of every installed distribution.
+ENTRY_POINT_GROUP = "learnedidx.training_backends"
 
 _FACTORIES: dict[str, Callable[..., TrainingBackend]] = {}
 
 
+@functools.cache
+def _entry_points() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
 def register_backend(name: str, factory: Callable[..., TrainingBackend]) -> None:
-    """Make a backend available to :func:`get_backend` under ``name``."""
+    """Make a backend available to :func:`get_backend` under ``name`` in this process
+    (before, and instead of, an entry point of that name)."""
     _FACTORIES[name] = factory
 
 
+def known_backends() -> list[str]:
+    """Names :func:`get_backend` resolves: registered in this process or declared as entry points."""
+    return sorted(set(_FACTORIES) | set(_entry_points()))
+
+
 def get_backend(name: str = "cpu", **options) -> TrainingBackend:
-    """Instantiate the backend registered as ``name``."""
-    if name not in _FACTORIES:
-        # Backends living in optional subpackages register on import.
-        if name in ("fpga-emu", "server"):
-            import learnedidx.accel  # noqa: F401  (registers its backends)
-        elif name == "cpu":
-            import learnedidx.index.qr  # noqa: F401
-    try:
-        factory = _FACTORIES[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown training backend {name!r}; known: {sorted(_FACTORIES)}"
-        ) from None
-    return factory(**options)
+    """Instantiate the backend named ``name`` with ``options``; ConfigError for an unknown name."""
+    factory = _FACTORIES.get(name)
+    if factory is None:
+        ep = _entry_points().get(name) if isinstance(name, str) else None
+        if ep is None:
+            raise ConfigError(f"unknown training backend {name!r}; known: {', '.join(known_backends())}")
+        factory = ep.load()
+    backend = factory(**options)
+    if not isinstance(backend, TrainingBackend):
+        raise ConfigError(f"training backend {name!r} does not implement train_full/train_incremental")
+    return backend

@@ -23,36 +23,40 @@ def _pidfile(socket_path: str) -> Path:
 
 @app.command()
 def start(
+    ctx: typer.Context,
     socket: str = typer.Option(default_socket_path(), "--socket", help="Unix socket path (mode 0600)"),
     backend: str = typer.Option("cpu", "--backend", help="cpu or fpga-emu"),
     config: Optional[str] = typer.Option(None, "--config", help="device parameters (TOML/JSON)"),
+    device_set: Optional[list[str]] = typer.Option(None, "--set", help="device parameter NAME=VALUE (repeatable), over --config"),
     tcp: Optional[str] = typer.Option(None, "--tcp", help="also listen on 127.0.0.1:PORT (needs --token-file)"),
     token_file: Optional[str] = typer.Option(None, "--token-file"),
     pg_conninfo: Optional[str] = typer.Option(None, "--pg-conninfo", help="PostgreSQL for indb.* requests"),
-    device_set: Optional[list[str]] = typer.Option(None, "--set", help="device parameter NAME=VALUE (repeatable), over --config"),
+    pidfile: Optional[str] = typer.Option(None, "--pidfile", help="where the server writes its pid [default: <socket>.pid]"),
     daemon: bool = typer.Option(False, "--daemon", help="run in the background"),
 ) -> None:
     """Start the server (foreground unless --daemon)."""
     from learnedidx.accel.config import DeviceConfig
-    from learnedidx.server.main import serve
-
     from learnedidx.errors import ConfigError
+    from learnedidx.server.server import ServerConfig, serve
 
+    pidfile = pidfile or str(_pidfile(socket))
     try:  # fail here, not in the daemon
-        DeviceConfig.load(config, **DeviceConfig.parse_settings(device_set or []))
-    except ConfigError as exc:
+        settings = DeviceConfig.parse_settings(device_set or [])
+        DeviceConfig.load(config, **settings)
+        cfg = ServerConfig(socket_path=socket, tcp=_tcp_address(tcp) if tcp else None,
+                           token=Path(token_file).read_text().strip() if token_file else None,
+                           backend=backend, device_config=config, device_settings=settings,
+                           pg_conninfo=pg_conninfo or os.environ.get("LEARNEDIDX_PG_CONNINFO"))
+    except (ConfigError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
     if not daemon:
-        serve(socket, backend, config, tcp, token_file, pg_conninfo, str(_pidfile(socket)), device_set)
+        serve(cfg, pidfile)
         return
-    args = [sys.executable, "-m", "learnedidx.server.main", "--socket", socket, "--backend", backend,
-            "--pidfile", str(_pidfile(socket))]
-    for flag, val in (("--config", config), ("--tcp", tcp), ("--token-file", token_file), ("--pg-conninfo", pg_conninfo)):
-        if val:
-            args += [flag, val]
-    for item in device_set or []:
-        args += ["--set", item]
+    # The daemon runs this command in the foreground, with the options given here.  -P: the
+    # current directory must not shadow the installed package (a clone named learnedidx).
+    args = [sys.executable, "-P", "-m", "learnedidx.server.main", *_options(ctx, skip={"daemon", "pidfile"}),
+            "--pidfile", pidfile]
     log = Path(socket + ".log")
     log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
@@ -61,6 +65,29 @@ def start(
 
     info = wait_ready(socket, 60, proc)
     typer.echo(f"server pid {info['pid']} listening on {socket} (log {log})")
+
+
+def _tcp_address(tcp: str) -> tuple[str, int]:
+    """``PORT``, ``:PORT`` or ``HOST:PORT`` (host 127.0.0.1 when omitted)."""
+    from learnedidx.errors import ConfigError
+
+    host, _, port = tcp.rpartition(":")
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        raise ConfigError(f"--tcp needs PORT or HOST:PORT, not {tcp!r}") from None
+
+
+def _options(ctx: typer.Context, skip: set[str]) -> list[str]:
+    """The command line of ``ctx``'s command for the options it was given (not ``skip``)."""
+    out: list[str] = []
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name)
+        if param.name in skip or value is None or value is False or value == ():
+            continue
+        for item in value if param.multiple else [value]:
+            out += [param.opts[0]] if item is True else [param.opts[0], str(item)]
+    return out
 
 
 @app.command()

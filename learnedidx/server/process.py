@@ -54,8 +54,9 @@ def wait_ready(socket_path: str, timeout: float = 60.0, proc: subprocess.Popen |
 
 def spawn(socket_path: str, backend: str = "cpu", *, extra_args: list[str] | None = None,
           env: dict | None = None, timeout: float = 60.0) -> ServerProcess:
-    """Run ``python -m learnedidx.server.main`` in the foreground of a child process and wait until ready."""
-    cmd = [sys.executable, "-m", "learnedidx.server.main", "--socket", socket_path, "--backend", backend]
+    """Run ``python -m learnedidx.server.main`` in the foreground of a child process and wait
+    until ready (``-P``: the current directory cannot shadow the installed package)."""
+    cmd = [sys.executable, "-P", "-m", "learnedidx.server.main", "--socket", socket_path, "--backend", backend]
     proc = subprocess.Popen(cmd + (extra_args or []), env={**os.environ, **(env or {})},
                             stdin=subprocess.DEVNULL)
     try:

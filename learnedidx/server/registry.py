@@ -1,9 +1,9 @@
 """Request handlers of the accelerator server, registered by operation name.
 
-Both halves of the project add operations here: ``learnedidx.accel.handlers``
-(``train.full``, ``train.incremental``) and ``learnedidx.indb.service``
-(``indb.*``).  A handler receives the request's JSON ``args``, the numpy arrays
-that came through shared memory, and a :class:`HandlerContext`; it returns a
+The modules of :mod:`learnedidx.server.handlers` add operations here: ``builtin``
+(``health``, ``stats``), ``train`` (``train.full``, ``train.incremental``) and ``indb``
+(``indb.*``).  A handler receives the request's JSON ``args``, the numpy arrays that came
+through shared memory, and a :class:`HandlerContext`; it returns a
 JSON-able dict and a dict of result arrays.  Raising any exception produces an
 error reply; the server keeps serving.
 """
@@ -20,8 +20,8 @@ _HANDLERS: dict[str, Handler] = {}
 
 #: Modules imported by the server at start-up so that their handlers register.
 HANDLER_MODULES: tuple[str, ...] = (
-    "learnedidx.server.builtin_handlers",
-    "learnedidx.accel.handlers",
+    "learnedidx.server.handlers.builtin",
+    "learnedidx.server.handlers.train",
     "learnedidx.server.handlers.indb",
 )
 

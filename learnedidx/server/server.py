@@ -14,7 +14,6 @@ import logging
 import os
 import signal
 import socket
-import stat
 import threading
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from learnedidx.errors import (AuthError, BadRequestError, ConfigError, LearnedI
                                TooLargeError, UnknownOperationError, kind_of)
 from learnedidx.server import protocol as P
 from learnedidx.server import registry
+from learnedidx.server.device import Device
 
 log = logging.getLogger("learnedidx.server")
 
@@ -64,8 +64,6 @@ class Server:
             except Exception as exc:  # an optional half of the project may be missing
                 self.failed_modules[mod] = repr(exc)
                 log.warning("handlers of %s not loaded: %s", mod, exc)
-        from learnedidx.accel.device import Device
-
         self.device = Device.create(config.backend, config.device_config, r_cache_groups=config.r_cache_groups,
                                     **config.device_settings)
 
@@ -232,6 +230,18 @@ def _socket_alive(path: str) -> bool:
         s.close()
 
 
-def socket_is_private(path: str) -> bool:
-    """True when the socket is not group- or world-accessible."""
-    return stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0
+def serve(config: ServerConfig, pidfile: str | None = None) -> None:
+    """Run a server in the foreground until SIGTERM or SIGINT, logging to stderr; its pid is
+    in ``pidfile`` (when given) while it runs."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s learnedidx-server %(levelname)s %(message)s")
+    server = Server(config)
+    server.bind()
+    server.install_signal_handlers()
+    if pidfile:
+        Path(pidfile).write_text(str(os.getpid()))
+    log.info("listening on %s (backend %s)", config.socket_path, config.backend)
+    try:
+        server.serve_forever()
+    finally:
+        if pidfile:
+            Path(pidfile).unlink(missing_ok=True)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-FNV_OFFSET_BASIS_64 = np.uint64(0xCBF29CE484222325)
-FNV_PRIME_64 = np.uint64(1099511628211)
 ZIPFIAN_CONSTANT = 0.99
 SCRAMBLED_ITEM_COUNT = 10_000_000_000
 SCRAMBLED_ZETAN = 26.46902820178302

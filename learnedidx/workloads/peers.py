@@ -274,7 +274,7 @@ class ArtAdapter(Adapter):
     Its keys are ``str`` and must be prefix-free (a key that is a prefix of another silently
     replaces it), so a key is stored as its bytes decoded as Latin-1 plus a NUL terminator;
     keys containing NUL are rejected.  It has no seek: ``prefix_iter`` copies a whole subtree
-    (50 ms for a 200k-key subtree), so ``scan`` is not offered and workloads with scans skip it.
+    (docs/workloads.md), so ``scan`` is not offered and workloads with scans skip it.
     """
 
     name = "art"

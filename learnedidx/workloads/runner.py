@@ -94,9 +94,9 @@ class _Digest:
 
     Of a value longer than 128 bytes it reads the length and the first and last 64 bytes:
     a wrong, stale or truncated value changes them (YCSB's values are windows of a random
-    pool, a new one per write).  Reading all of every ~1 KB value would evict the store's
-    data from the caches between operations, and slow the timed part of a run by up to
-    30% (a batch of scans returns ~1 MB of values), although it is not timed."""
+    pool, a new one per write).  Reading all of every value would evict the store's data
+    from the caches between operations (a batch of scans returns about a megabyte of
+    values) and slow the timed part of a run (docs/workloads.md), although it is not timed."""
 
     _MISSING = b"\x00<none>"
 
@@ -168,7 +168,7 @@ def _per_op(adapter: Adapter, stream: OpStream, progress: Progress | None) -> tu
     ops = stream.ops.tolist()
     keys, vals, sls = stream.keys, stream.values, stream.scan_lengths.tolist()
     # Latencies go to flat arrays and into the histograms after the run: recording into an
-    # HdrHistogram from Python costs ~0.8 us, more than some peers' operations.
+    # HdrHistogram from Python costs more than some peers' operations (docs/workloads.md).
     lat = {o: array.array("q") for o in set(ops)}
     rec = {o: a.append for o, a in lat.items()}
     get, put, scan, delete = adapter.get, adapter.put, adapter.scan, adapter.delete

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import learnedidx
-from learnedidx.accel.backends import ServerBackend
+from learnedidx.server.backend import ServerBackend
 from learnedidx.errors import RemoteError
 from learnedidx.server.client import Client
 from learnedidx.server.process import spawn
@@ -163,3 +163,32 @@ def test_store_offloads_again_once_a_restarted_server_answers(tmp_path, caplog):
         assert len(msgs) == 2 and "failed" in msgs[0] and "answers again" in msgs[1]
     finally:
         proc.stop()
+
+
+def test_store_wider_than_the_server_device_is_refused_at_open(server, tmp_path):
+    with Client(server.socket_path) as c:
+        assert c.call("health")[0]["max_features"] == 32  # fpga-emu, default device
+    with pytest.raises(learnedidx.errors.ConfigError, match="max_features 40 exceeds the 32"):
+        learnedidx.open(trainer="server", trainer_options={"socket": server.socket_path}, max_features=40)
+    # Not reachable at open: nothing to check against, the store opens (and falls back later).
+    with learnedidx.open(trainer="server", trainer_options={"socket": str(tmp_path / "none.sock")},
+                         max_features=40, retrain="off") as db:
+        db.put_many([b"k%05d" % i for i in range(3000)], [b"v"] * 3000)
+        assert db.stats()["trainer_failed"] is True and db.get(b"k00001") == b"v"
+
+
+def test_a_device_refusal_is_not_taken_for_a_failure(server, caplog):
+    """A configuration error of the request (a job wider than the device) is raised, not
+    answered by training in-process (that would hide the misconfiguration)."""
+    backend = ServerBackend(socket=server.socket_path)
+    A = np.ones((100, 40))
+    with pytest.raises(RemoteError) as e:
+        backend.train_full(A, np.arange(100.0))
+    assert e.value.kind == "config"
+    from learnedidx.index.options import StoreOptions
+    from learnedidx.index.retrainer import Retrainer
+
+    r = Retrainer(StoreOptions(trainer=backend, max_features=8))
+    with pytest.raises(RemoteError):
+        r.train(A, np.arange(100.0), None, None)
+    assert r.failed is False and not _fallback_warnings(caplog)

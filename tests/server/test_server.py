@@ -263,3 +263,28 @@ def test_arrays_of_one_message_share_one_segment():
     finally:
         P.unlink(paths)
     assert P.export_arrays({}) == ({}, [])
+
+
+def test_daemon_started_beside_a_clone_named_learnedidx_imports_the_installed_package(tmp_path):
+    """``learnedidx server start --daemon`` run from the parent directory of a clone named
+    learnedidx: the clone must not shadow the installed package in the server process."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    clone = tmp_path / "learnedidx"
+    (clone / "docs").mkdir(parents=True)
+    (clone / "README.md").write_text("a clone, not a package\n")
+    sock = str(tmp_path / "run" / "accel.sock")
+    cli = [str(Path(sys.executable).parent / "learnedidx"), "server"]  # the installed command
+    out = subprocess.run(cli + ["start", "--daemon", "--socket", sock], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": ""})
+    assert out.returncode == 0, out.stderr
+    try:
+        with Client(sock, timeout=10) as c:
+            health = c.call("health")[0]
+        assert health["status"] == "ok" and health["version"] == learnedidx.__version__
+        assert health["missing_handler_modules"].get("learnedidx.server.handlers.train") is None
+    finally:
+        subprocess.run(cli + ["stop", "--socket", sock], capture_output=True, timeout=60)
+

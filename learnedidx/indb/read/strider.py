@@ -27,13 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import psycopg
-from llvmlite import ir as llvm_ir
 from numba import njit, types
-from numba.extending import intrinsic
 from psycopg import sql
 
 from learnedidx.errors import StriderFallback
 from learnedidx.indb.read.access import RelationInfo
+from learnedidx.native import unaligned_load
 
 PAGE_SIZE = 8192
 PAGE_LAYOUT_VERSION = 4
@@ -137,29 +136,9 @@ def _align(off, a):
     return (off + a - 1) & ~(a - 1)
 
 
-def _unaligned_load(value_type, ir_type):
-    """An intrinsic loading ``value_type`` from byte ``i`` of a uint8 array, at any alignment.
-
-    Pages hold values at unaligned offsets (short varlena headers shift array data by three
-    bytes); one unaligned load is far cheaper than assembling bytes and reinterpreting them.
-    Host byte order is little-endian, as PostgreSQL's on x86-64 and arm64.
-    """
-
-    @intrinsic
-    def load(typingctx, arr, i):
-        def codegen(context, builder, sig, args):
-            ary = context.make_array(sig.args[0])(context, builder, args[0])
-            ptr = builder.gep(ary.data, [args[1]])
-            return builder.load(builder.bitcast(ptr, ir_type.as_pointer()), align=1)
-
-        return value_type(arr, types.int64), codegen
-
-    return load
-
-
-_ld_f64 = _unaligned_load(types.float64, llvm_ir.DoubleType())
-_ld_f32 = _unaligned_load(types.float32, llvm_ir.FloatType())
-_ld_i64 = _unaligned_load(types.int64, llvm_ir.IntType(64))
+_ld_f64 = unaligned_load(types.float64)
+_ld_f32 = unaligned_load(types.float32)
+_ld_i64 = unaligned_load(types.int64)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -1,5 +1,4 @@
-"""Training backends offered by the accelerator: ``fpga-emu`` (in-process emulation) and
-``server`` (jobs sent to the accelerator server)."""
+"""The ``server`` training backend: the client side of ``train.*`` on the accelerator server."""
 from __future__ import annotations
 
 import hashlib
@@ -11,32 +10,9 @@ from collections import OrderedDict
 
 import numpy as np
 
-from learnedidx.accel.config import DeviceConfig
-from learnedidx.accel.fpga import FpgaDatapath
-from learnedidx.errors import RemoteError
+from learnedidx.errors import ProtocolError, RemoteError, ServerUnavailableError
 from learnedidx.index.training import TrainResult
-
-
-class FpgaEmuBackend:
-    """The emulated FPGA datapath run in this process (FP32 by default)."""
-
-    name = "fpga-emu"
-
-    def __init__(self, config: str | None = None, **overrides) -> None:
-        self.datapath = FpgaDatapath(DeviceConfig.load(config, **overrides))
-
-    def _result(self, t0, R, x, cycles) -> TrainResult:
-        dev = cycles / (self.datapath.cfg.clock_mhz * 1e6)
-        return TrainResult(R=R, coef=x, seconds=time.perf_counter() - t0, device_cycles=cycles,
-                           info={"device_seconds": dev})
-
-    def train_full(self, A: np.ndarray, b: np.ndarray) -> TrainResult:
-        t0 = time.perf_counter()
-        return self._result(t0, *self.datapath.full(A, b))
-
-    def train_incremental(self, R_old, A_delta, A, b) -> TrainResult:
-        t0 = time.perf_counter()
-        return self._result(t0, *self.datapath.incremental(R_old, A_delta, A, b))
+from learnedidx.server.client import Client
 
 
 class ServerBackend:
@@ -56,8 +32,6 @@ class ServerBackend:
 
     def __init__(self, socket: str | None = None, timeout: float = 30.0, token: str | None = None,
                  tcp: tuple[str, int] | None = None, cache_r: bool = True, max_groups: int = 1 << 16) -> None:
-        from learnedidx.server.client import Client
-
         self.client = Client(tcp or socket, token=token, timeout=timeout)
         self.cache_r = cache_r
         self.max_groups = max_groups
@@ -65,6 +39,14 @@ class ServerBackend:
         self._ids = itertools.count()
         self._known: OrderedDict[bytes, tuple[str, int]] = OrderedDict()  # digest of R -> (group, version)
         self._lock = threading.Lock()
+
+    def feature_limit(self) -> int | None:
+        """The widest feature length the server's device trains (its ``health`` reply), or
+        None when the server cannot be reached now (then a refusal surfaces at training)."""
+        try:
+            return self.client.call("health")[0].get("max_features")
+        except (ServerUnavailableError, ProtocolError):
+            return None
 
     def _remember(self, R: np.ndarray, group: str, version: int) -> None:
         with self._lock:

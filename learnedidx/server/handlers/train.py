@@ -1,7 +1,7 @@
 """Accelerator-server handlers for training requests: ``train.full``, ``train.incremental``.
 
 A request may name the group its R factor belongs to (``args.group``, ``args.version``):
-the device then keeps the resulting R (:class:`~learnedidx.accel.device.RCache`), and a
+the device then keeps the resulting R (:class:`~learnedidx.server.device.RCache`), and a
 later ``train.incremental`` of that group may omit ``R_old`` — the memoized R stays on the
 device instead of travelling with every request.
 """

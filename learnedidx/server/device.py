@@ -12,6 +12,9 @@ from learnedidx.accel.config import DeviceConfig
 from learnedidx.accel.fpga import FpgaDatapath
 from learnedidx.errors import BadRequestError, ConfigError
 
+#: Widest job (columns of A) the server's device accepts.
+MAX_COLUMNS = 1024
+
 
 class RCache:
     """Memoized R factors held in device memory, keyed by group id: the latest version of
@@ -71,6 +74,11 @@ class Device:
         cfg = DeviceConfig.load(config_path, **overrides)
         return cls(backend, cfg, 1 if backend == "fpga-emu" else max(1, os.cpu_count() or 1), r_cache_groups)
 
+    @property
+    def max_features(self) -> int:
+        """Widest feature length (columns - 1) of a job this device trains."""
+        return self.config.max_features if self.datapath is not None else MAX_COLUMNS - 1
+
     def run(self, kind: str, A: np.ndarray, b: np.ndarray, R_old: np.ndarray | None = None,
             A_delta: np.ndarray | None = None, r_resident: bool = False) -> dict:
         """Train one group; returns R, coef, cycles, device/host seconds.  ``r_resident``:
@@ -109,8 +117,8 @@ def _validate(A, b, R_old, A_delta) -> None:
     if A.ndim != 2 or A.shape[0] < 1 or A.shape[1] < 1 or b.shape != (A.shape[0],):
         raise BadRequestError("A must be N×n and b of length N")
     n = A.shape[1]
-    if n > 1024:
-        raise BadRequestError(f"too many columns ({n})")
+    if n > MAX_COLUMNS:
+        raise BadRequestError(f"too many columns ({n}; at most {MAX_COLUMNS})")
     if R_old is not None and R_old.shape != (n, n):
         raise BadRequestError("R_old must be n×n")
     if A_delta is not None and (A_delta.ndim != 2 or A_delta.shape[1] != n):

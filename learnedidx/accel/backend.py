@@ -1,0 +1,36 @@
+"""The ``fpga-emu`` training backend: the emulated FPGA datapath run in this process."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from learnedidx.accel.config import DeviceConfig
+from learnedidx.accel.fpga import FpgaDatapath
+from learnedidx.index.training import TrainResult
+
+
+class FpgaEmuBackend:
+    """The emulated FPGA datapath run in this process (FP32 by default)."""
+
+    name = "fpga-emu"
+
+    def __init__(self, config: str | None = None, **overrides) -> None:
+        self.datapath = FpgaDatapath(DeviceConfig.load(config, **overrides))
+
+    def _result(self, t0, R, x, cycles) -> TrainResult:
+        dev = cycles / (self.datapath.cfg.clock_mhz * 1e6)
+        return TrainResult(R=R, coef=x, seconds=time.perf_counter() - t0, device_cycles=cycles,
+                           info={"device_seconds": dev})
+
+    def feature_limit(self) -> int:
+        """The device's ``max_features``: wider jobs are refused."""
+        return self.datapath.cfg.max_features
+
+    def train_full(self, A: np.ndarray, b: np.ndarray) -> TrainResult:
+        t0 = time.perf_counter()
+        return self._result(t0, *self.datapath.full(A, b))
+
+    def train_incremental(self, R_old, A_delta, A, b) -> TrainResult:
+        t0 = time.perf_counter()
+        return self._result(t0, *self.datapath.incremental(R_old, A_delta, A, b))

@@ -1,0 +1,138 @@
+"""Store options, backends by name, and the promises of docs/store.md about closed stores
+and locks."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import learnedidx
+from learnedidx.errors import ConfigError, StoreClosedError
+from learnedidx.index.options import StoreOptions
+from learnedidx.index.qr import CpuBackend
+from learnedidx.index.store import Store
+from learnedidx.index.training import get_backend, known_backends
+
+
+@pytest.mark.parametrize("name,value", [
+    ("sync", "sometimes"), ("retrain", "never"), ("max_key_len", 0), ("max_key_len", 1.5), ("max_key_len", True),
+    ("group_size", 8), ("group_size", "big"), ("max_features", 0), ("max_features", 256),
+    ("buffer_threshold", 0), ("checkpoint_bytes", -1), ("sync_interval", 0), ("sync_interval", -0.1),
+    ("sync_interval", float("nan")), ("retrain_interval", 0.0), ("retrain_interval", "1"), ("trainer_retry", -1),
+    ("full_retrain_fraction", -0.5), ("full_retrain_fraction", float("inf")), ("trainer", 3),
+    ("trainer_options", ["socket"]), ("trainer", "nope"),
+])
+def test_every_option_is_checked_and_the_error_names_it(name, value):
+    with pytest.raises(ConfigError, match=name):
+        learnedidx.open(**{name: value})
+
+
+def test_unknown_options_and_options_twice_are_refused():
+    with pytest.raises(ConfigError, match="unknown store option.*colour"):
+        learnedidx.open(colour="blue")
+    with pytest.raises(ConfigError):
+        Store(None, StoreOptions(), retrain="off")
+    with pytest.raises(ConfigError, match="instance"):
+        learnedidx.open(trainer=CpuBackend(), trainer_options={"x": 1})
+
+
+def test_options_object_is_frozen_and_used_as_given():
+    opts = StoreOptions(retrain="off", group_size=64, checkpoint_bytes=0, trainer_options={"a": 1})
+    with pytest.raises(AttributeError):
+        opts.group_size = 1  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        opts.trainer_options["a"] = 2  # type: ignore[index]
+    with Store(None, StoreOptions(retrain="off", group_size=64)) as db:
+        assert db.options.group_size == 64
+        db.put_many([b"%04d" % i for i in range(200)], [b"v"] * 200)
+        assert db.stats()["groups"] == 3
+
+
+def test_a_fresh_process_knows_every_backend_and_unknown_names_list_them():
+    code = "from learnedidx.index.training import known_backends; import json; print(json.dumps(known_backends()))"
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert {"cpu", "fpga-emu", "server"} <= set(json.loads(out))
+    with pytest.raises(ConfigError, match="cpu, fpga-emu, server"):
+        get_backend("fpga")
+    assert set(known_backends()) >= {"cpu", "fpga-emu", "server"}
+    assert get_backend("fpga-emu", units=2).feature_limit() == 32
+
+
+def test_max_features_wider_than_the_trainer_is_refused_at_open():
+    with pytest.raises(ConfigError, match="max_features 40 exceeds the 32"):
+        learnedidx.open(trainer="fpga-emu", max_features=40)
+    with learnedidx.open(trainer="fpga-emu", trainer_options={"max_features": 48}, max_features=40,
+                         retrain="off") as db:
+        db.put_many([b"k%06d" % i for i in range(3000)], [b"v"] * 3000)
+        assert db.stats()["device_cycles"] > 0 and db.stats()["trainer_failed"] is False
+
+
+def test_closed_store_refuses_len_stats_and_with():
+    db = learnedidx.open(retrain="background")
+    db.put(b"a", b"1")
+    assert len(db) == 1
+    db.close()
+    db.close()  # closing again is a no-op
+    for op in (len, Store.stats, Store.items, Store.retrain_now, Store.checkpoint, lambda s: s.__enter__(),
+               lambda s: s.get_many([b"a"]), lambda s: s.scan(b"a", 1), lambda s: s.delete(b"a"),
+               lambda s: s.put_many([b"a"], [b"1"]), lambda s: b"a" in s):
+        with pytest.raises(StoreClosedError):
+            op(db)
+    with pytest.raises(StoreClosedError):
+        with db:
+            pass
+
+
+class _ProbingBackend:
+    """The cpu backend, recording whether the store's writer lock was free while it trained."""
+
+    name = "probe"
+
+    def __init__(self) -> None:
+        self.cpu = CpuBackend()
+        self.store: Store | None = None
+        self.writer_lock_free: list[bool] = []
+
+    def _probe(self) -> None:
+        got: list[bool] = []
+
+        def other_thread() -> None:  # the lock is re-entrant: ask from another thread
+            ok = self.store._wlock.acquire(blocking=False)
+            if ok:
+                self.store._wlock.release()
+            got.append(ok)
+
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        self.writer_lock_free.append(got[0])
+
+    def train_full(self, A, b):
+        self._probe()
+        return self.cpu.train_full(A, b)
+
+    def train_incremental(self, R_old, A_delta, A, b):
+        self._probe()
+        return self.cpu.train_incremental(R_old, A_delta, A, b)
+
+
+def test_merges_train_outside_the_writer_lock_and_checkpoints_inside_it(tmp_path):
+    """docs/store.md, Thread safety: merges run outside the writer lock except for the final
+    swap; a checkpoint merges the whole buffer under it."""
+    probe = _ProbingBackend()
+    with Store(tmp_path / "db", retrain="off", group_size=64, trainer=probe) as db:
+        probe.store = db
+        db.put_many([b"k%05d" % i for i in range(0, 2000, 2)], [b"v"] * 1000)  # bulk load: both locks
+        probe.writer_lock_free.clear()
+        for i in range(1, 200, 2):
+            db.put(b"k%05d" % i, b"n")
+        db.retrain_now()
+        assert probe.writer_lock_free and all(probe.writer_lock_free)
+        probe.writer_lock_free.clear()
+        for i in range(201, 400, 2):
+            db.put(b"k%05d" % i, b"n")
+        db.checkpoint()
+        assert probe.writer_lock_free and not any(probe.writer_lock_free)
