@@ -16,7 +16,7 @@ from learnedidx.cli import app
 from learnedidx.errors import WorkloadError
 from learnedidx.workloads.cli import run_peers, ycsb_streams
 from learnedidx.workloads.peers import SINDEX_DRIVER_ENV, available_peers, get_adapter
-from learnedidx.workloads.sindex import run_driver, run_whole_streams, write_stream_file
+from learnedidx.workloads.sindex import batches, run_driver, run_whole_streams, write_stream_file
 from learnedidx.workloads.spec import DELETE, INSERT, READ, SCAN, UPDATE, OpStream
 
 STORE = {"group_size": 256, "buffer_threshold": 16}  # small groups: merges happen during the runs
@@ -131,6 +131,25 @@ def test_the_driver_refuses_keys_it_cannot_store(key, why):
     warnings: list[str] = []
     assert run_whole_streams(load, run, ["sindex"], ["per-op"], warn=warnings.append) == []
     assert len(warnings) == 1 and why in warnings[0], warnings
+
+
+@needs_driver
+def test_the_driver_refuses_damaged_stream_files(tmp_path):
+    load, run = ycsb_streams("F", 200, 300, {}, None, 1)
+    f = tmp_path / "s.ops"
+    write_stream_file(str(f), load, run)
+    data = f.read_bytes()
+    m = len(run.ops)  # the run's op codes come before its key lengths, keys, args and batches
+    ops_at = len(data) - (8 + 4 * len(batches(run))) - 4 * m - sum(map(len, run.keys)) - 2 * m - m
+    assert data[ops_at - 8:ops_at] == m.to_bytes(8, "little")
+    id_at = ops_at - 8 - 4 * len(load.ops)  # the load's first value id
+    for bad, why in ((b"NOTOPS!!" + data[8:], "bad magic"), (data[:-3], "truncated"), (data + b"\x00", "trailing"),
+                     (data[:ops_at] + b"\x09" + data[ops_at + 1:], "unknown operation code 9"),
+                     (data[:-4] + b"\x01\x00\x00\x00", "do not cover the run"),
+                     (data[:id_at] + b"\xff" * 4 + data[id_at + 4:], "load value id is out of range")):
+        f.write_bytes(bad)
+        with pytest.raises(WorkloadError, match=why):
+            run_driver(get_adapter("sindex"), str(f), "batch")
 
 
 @needs_driver
