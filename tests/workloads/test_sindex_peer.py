@@ -57,6 +57,11 @@ def test_only_whole_stream_callers_get_it(monkeypatch, tmp_path):
     assert ok == ["sorteddict"] and "only learnedidx bench compare drives it" in skipped["sindex"]
     with pytest.raises(WorkloadError, match="runs whole operation streams"):
         get_adapter("sindex").get(b"k")
+    res = CliRunner().invoke(app, ["ycsb", "run", "-w", "C", "--records", "200", "--operations", "200",
+                                   "--peer", "sindex", "--peer", "sorteddict", "--mode", "batch"])
+    assert res.exit_code == 0, res.output
+    assert "skipping peer sindex: runs whole operation streams in its driver program" in res.output
+    assert "# peer=sorteddict phase=run mode=batch" in res.output and "peer=sindex" not in res.output
 
 
 def test_a_failing_driver_is_reported_and_its_run_skipped(monkeypatch, tmp_path):
