@@ -1,7 +1,9 @@
 """``learnedidx bench compare``: every peer on identical YCSB streams; Markdown table and plots."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Optional
 
 import typer
 
@@ -63,12 +65,17 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("bench-out/compare"), help="output folder"),
         seed: int = typer.Option(0),
         repeat: int = typer.Option(1, min=1, help="runs per peer and mode (each loads afresh); the median counts"),
+        sindex_driver: Optional[Path] = typer.Option(
+            None, help="the SIndex driver program for the sindex peers (default: $LEARNEDIDX_SINDEX_DRIVER)"),
     ) -> None:
         """Run every peer on identical operation streams; ratios are learnedidx / peer."""
         from learnedidx.workloads.cli import run_peers, ycsb_streams
-        from learnedidx.workloads.peers import PEERS, available_peers
+        from learnedidx.workloads.peers import PEERS, SINDEX_DRIVER_ENV, available_peers
+        from learnedidx.workloads.sindex import run_whole_streams
 
-        plist, skipped = available_peers(list(PEERS) if peers == "all" else peers.split(","))
+        if sindex_driver is not None:
+            os.environ[SINDEX_DRIVER_ENV] = str(sindex_driver)
+        plist, skipped = available_peers(list(PEERS) if peers == "all" else peers.split(","), whole_streams=True)
         for name, why in skipped.items():
             console.print(f"[yellow]skipping peer {name}: {why}[/yellow]")
         wl, ml = workloads.split(","), modes.split(",")
@@ -78,8 +85,10 @@ def register(app: typer.Typer) -> None:
             console.print(f"workload {w}: generating {records:,} records and {operations:,} operations")
             load, run = ycsb_streams(w, records, operations, {}, keys or None, seed)
             runs: dict = {}
+            in_process = [p for p in plist if not PEERS[p][0].whole_streams]
             for _ in range(repeat):  # peers alternate between repetitions, so drift hits all alike
-                for r in run_peers(load, run, plist, ml):
+                for r in run_peers(load, run, in_process, ml) + run_whole_streams(
+                        load, run, plist, ml, warn=lambda msg: console.print(f"[red]{msg}[/red]")):
                     if r.phase == "run":
                         main = max(r.to_json()["ops"].values(), key=lambda o: o["operations"])
                         runs.setdefault((w, r.peer, r.mode), []).append(

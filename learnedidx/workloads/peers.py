@@ -3,7 +3,9 @@
 Every adapter offers ``put``, ``get``, ``delete``, ``scan(start, n)``, ``get_many``,
 ``put_many``, ``scan_many``, ``apply_many`` (reads and writes in order) and ``close``.
 A peer whose package does not import (or that cannot open here) is reported by
-:func:`available_peers` and skipped, never a failure.
+:func:`available_peers` and skipped, never a failure.  A peer that is a separate program
+(``whole_streams``: SIndex through its driver) is driven by :mod:`learnedidx.workloads.sindex`
+instead, a whole stream at a time.
 """
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import bisect
 import itertools
 import os
 import shutil
+import subprocess
 import tempfile
 from typing import Callable, Sequence
 
 import learnedidx
 from learnedidx.errors import WorkloadError
+from learnedidx.workloads import streamfile
 
 
 def _scratch_dir(prefix: str) -> str:
@@ -28,6 +32,9 @@ class Adapter:
     name = "?"
     thread_safe = False  # may several threads call it at once (``execute(threads=N)``)?
     scans = True  # False: workloads with scans skip this peer
+    # True: a separate program that runs whole stream files and times itself; it has no
+    # per-call methods, and only callers that ask for such peers get it (available_peers).
+    whole_streams = False
 
     def put(self, k: bytes, v: bytes) -> None: ...
     def get(self, k: bytes): ...
@@ -309,6 +316,56 @@ class ArtAdapter(Adapter):
         raise WorkloadError("the art peer (blart-py) has no ordered seek: no scans")
 
 
+SINDEX_DRIVER_ENV = "LEARNEDIDX_SINDEX_DRIVER"
+SINDEX_BUILD_HINT = (f"build learnedidx/workloads/sindex_driver.cc against casys-kaist/sia as docs/workloads.md "
+                     f"says (\"The sindex peer\"), then set {SINDEX_DRIVER_ENV} or pass --sindex-driver")
+
+
+def sindex_driver() -> str:
+    """The SIndex driver program named by ``$LEARNEDIDX_SINDEX_DRIVER``, checked to be one
+    that reads this version's stream files."""
+    path = os.environ.get(SINDEX_DRIVER_ENV, "")
+    if not path:
+        raise WorkloadError(f"the SIndex driver is not built or not named: {SINDEX_BUILD_HINT}")
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise WorkloadError(f"{SINDEX_DRIVER_ENV}={path} is not an executable file: {SINDEX_BUILD_HINT}")
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60).stdout.split()
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise WorkloadError(f"{path} --version failed ({exc}): {SINDEX_BUILD_HINT}") from None
+    if out != ["learnedidx-sindex-driver", str(streamfile.FORMAT)]:
+        raise WorkloadError(f"{path} is not a SIndex driver for stream format {streamfile.FORMAT} "
+                            f"(--version said {' '.join(out)!r}): {SINDEX_BUILD_HINT}")
+    return path
+
+
+class SIndexAdapter(Adapter):
+    """SIndex (C++, casys-kaist/sia ``original/``) as released, through our driver program.
+
+    The driver times itself and runs whole stream files (:mod:`learnedidx.workloads.sindex`),
+    so the per-call methods only say so."""
+
+    name = "sindex"
+    whole_streams = True
+    fix_exited = False  # the driver's --fix-exited: see docs/workloads.md
+
+    def __init__(self) -> None:
+        self.driver = sindex_driver()
+
+    def _whole_streams_only(self, *args, **kwargs):
+        raise WorkloadError(f"peer {self.name} runs whole operation streams in its driver program; "
+                            "learnedidx bench compare drives it")
+
+    get = put = delete = scan = get_many = put_many = scan_many = apply_many = _whole_streams_only
+
+
+class SIndexFixedAdapter(SIndexAdapter):
+    """SIndex with ``config.exited`` cleared after construction, so that its RCU barrier waits."""
+
+    name = "sindex-fixed"
+    fix_exited = True
+
+
 #: name -> (adapter class, options); only the learned index takes options (for ``learnedidx.open``).
 PEERS: dict[str, tuple[type[Adapter], dict]] = {
     "learnedidx": (LearnedIndexAdapter, {"retrain": "background"}),
@@ -319,6 +376,8 @@ PEERS: dict[str, tuple[type[Adapter], dict]] = {
     "lmdb": (LmdbAdapter, {}),
     "rocksdict": (RocksdictAdapter, {}),
     "art": (ArtAdapter, {}),
+    "sindex": (SIndexAdapter, {}),
+    "sindex-fixed": (SIndexFixedAdapter, {}),
 }
 
 
@@ -331,10 +390,12 @@ def get_adapter(name: str, **options) -> Adapter:
     return cls(name, **{**defaults, **options}) if issubclass(cls, LearnedIndexAdapter) else cls()
 
 
-def available_peers(names: Sequence[str] | None = None) -> tuple[list[str], dict[str, str]]:
+def available_peers(names: Sequence[str] | None = None, *,
+                    whole_streams: bool = False) -> tuple[list[str], dict[str, str]]:
     """(names that work here, {name: why skipped}) among ``names`` (default: every peer).
 
-    A peer is skipped, with the reason, when its package does not import or it fails to open."""
+    A peer is skipped, with the reason, when its package does not import or it fails to open,
+    and a ``whole_streams`` peer also unless the caller can drive one (``whole_streams=True``)."""
     ok, skipped = [], {}
     for name in PEERS if names is None else names:
         if name not in PEERS:
@@ -342,7 +403,11 @@ def available_peers(names: Sequence[str] | None = None) -> tuple[list[str], dict
             continue
         try:
             get_adapter(name).close()
-            ok.append(name)
         except Exception as exc:  # noqa: BLE001 - any failure to open means "not available here"
             skipped[name] = f"{type(exc).__name__}: {exc}"
+            continue
+        if PEERS[name][0].whole_streams and not whole_streams:
+            skipped[name] = "runs whole operation streams in its driver program: only learnedidx bench compare drives it"
+        else:
+            ok.append(name)
     return ok, skipped
