@@ -73,14 +73,15 @@ class Report:
                         for name, h in self.hist.items()}}
 
 
-def _hist() -> HdrHistogram:
+def latency_histogram() -> HdrHistogram:
+    """A histogram of latencies in microseconds, 1 µs to an hour, 3 significant digits."""
     return HdrHistogram(1, 3_600_000_000, 3)
 
 
 _EDGE = 64  # bytes of each end of a value that the digest reads
 
 
-def _fingerprint(v: bytes) -> bytes:
+def fingerprint(v: bytes) -> bytes:
     """What the digest reads of a value: all of it up to 2 * _EDGE bytes, else its length,
     first and last _EDGE bytes (see :class:`_Digest`)."""
     if len(v) <= 2 * _EDGE:
@@ -105,20 +106,20 @@ class _Digest:
 
     def read(self, v: bytes | None) -> None:
         """One read's result."""
-        self.crc = zlib.crc32(self._MISSING if v is None else _fingerprint(v), self.crc)
+        self.crc = zlib.crc32(self._MISSING if v is None else fingerprint(v), self.crc)
 
     def reads(self, results: list, values: list) -> None:
         """The read results of a batch (where ``values`` holds None)."""
         crc, missing = self.crc, self._MISSING
         for r, v in zip(results, values):
             if v is None:
-                crc = zlib.crc32(missing if r is None else _fingerprint(r), crc)
+                crc = zlib.crc32(missing if r is None else fingerprint(r), crc)
         self.crc = crc
 
     def scan(self, pairs: list) -> None:
         crc = zlib.crc32(len(pairs).to_bytes(4, "little"), self.crc)  # [] and missing differ
         for k, v in pairs:
-            crc = zlib.crc32(_fingerprint(v), zlib.crc32(k, crc))
+            crc = zlib.crc32(fingerprint(v), zlib.crc32(k, crc))
         self.crc = crc
 
 
@@ -158,7 +159,7 @@ def execute(adapter: Adapter, stream: OpStream, *, mode: str = "per-op", phase: 
     hists: dict[str, HdrHistogram] = {}
     for part_hists, crc, _ in results:
         for name, h in part_hists.items():
-            hists.setdefault(name, _hist()).add(h)
+            hists.setdefault(name, latency_histogram()).add(h)
         rep.digest = crc if threads == 1 else zlib.crc32(crc.to_bytes(4, "little"), rep.digest)
     rep.hist = dict(sorted(hists.items()))
     return rep
@@ -207,7 +208,7 @@ def _per_op(adapter: Adapter, stream: OpStream, progress: Progress | None) -> tu
     hists = {}
     for o, a in lat.items():
         us, counts = np.unique(np.maximum(np.frombuffer(a, np.int64) // 1000, 1), return_counts=True)
-        h = hists[OP_NAMES[o]] = _hist()
+        h = hists[OP_NAMES[o]] = latency_histogram()
         for v, c in zip(us.tolist(), counts.tolist()):
             h.record_value(v, c)
     return hists, digest.crc, elapsed
@@ -216,7 +217,7 @@ def _per_op(adapter: Adapter, stream: OpStream, progress: Progress | None) -> tu
 _POINT = (READ, UPDATE, INSERT, RMW)
 
 
-def _segment_end(ops: list, sls: list, i: int) -> int:
+def segment_end(ops: list, sls: list, i: int) -> int:
     """End of the batch starting at ``i``: point reads and writes (any mix) batch together
     through ``apply_many``; scans and deletes batch with their own kind, scans up to
     ``MAX_SCAN_PAIRS`` pairs in all."""
@@ -245,7 +246,7 @@ def _plan(stream: OpStream) -> list[tuple]:
     i, n = 0, len(ops)
     while i < n:
         o = ops[i]
-        j = _segment_end(ops, sls, i)
+        j = segment_end(ops, sls, i)
         if o in _POINT:
             # A read-modify-write is a read then a write of the same key.
             bk, bv = [], []
@@ -289,7 +290,7 @@ def _batched(adapter: Adapter, plan: list[tuple], progress: Progress | None) -> 
         n = sum(counts.values())
         each = max(1, (t1 - t0) // 1000 // n)
         for name, c in counts.items():
-            (hists.get(name) or hists.setdefault(name, _hist())).record_value(each, c)
+            (hists.get(name) or hists.setdefault(name, latency_histogram())).record_value(each, c)
         if progress is not None:
             progress(n)
     return hists, digest.crc, clock() - start - digest_ns

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from learnedidx.errors import WorkloadError
 from learnedidx.workloads import streamfile
 from learnedidx.workloads.peers import PEERS, SIndexAdapter, get_adapter
-from learnedidx.workloads.runner import Report, _fingerprint, _hist, _segment_end
+from learnedidx.workloads.runner import Report, fingerprint, latency_histogram, segment_end
 from learnedidx.workloads.spec import OpStream
 
 #: what the variants print as ``variant`` (a check that the flag reached the driver)
@@ -28,7 +28,7 @@ def batches(run: OpStream) -> list[int]:
     ops, sls = run.ops.tolist(), run.scan_lengths.tolist()
     out, i = [], 0
     while i < len(ops):
-        j = _segment_end(ops, sls, i)
+        j = segment_end(ops, sls, i)
         out.append(j - i)
         i = j
     return out
@@ -36,7 +36,7 @@ def batches(run: OpStream) -> list[int]:
 
 def write_stream_file(path: str, load: OpStream, run: OpStream) -> None:
     """``load`` and ``run`` as the driver reads them (see :mod:`learnedidx.workloads.streamfile`)."""
-    streamfile.write(path, load, run, batches(run), _fingerprint)
+    streamfile.write(path, load, run, batches(run), fingerprint)
 
 
 def run_driver(adapter: SIndexAdapter, path: str, mode: str) -> list[Report]:
@@ -56,7 +56,7 @@ def run_driver(adapter: SIndexAdapter, path: str, mode: str) -> list[Report]:
         rep = Report(adapter.name, r["phase"], mode, runtime_ms=r["runtime_ns"] / 1e6, operations=r["operations"],
                      digest=r["digest"])
         for name, pairs in sorted(r["latency_us"].items()):
-            h = rep.hist[name] = _hist()
+            h = rep.hist[name] = latency_histogram()
             for us, count in pairs:
                 h.record_value(us, count)
         reports.append(rep)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from learnedidx.errors import WorkloadError
 from learnedidx.workloads import streamfile
 from learnedidx.workloads.cli import ycsb_streams
-from learnedidx.workloads.runner import _fingerprint, _plan
+from learnedidx.workloads.runner import fingerprint, _plan
 from learnedidx.workloads.sindex import batches, write_stream_file
 from learnedidx.workloads.spec import DELETE, INSERT, READ, RMW, SCAN, UPDATE, OpStream
 
@@ -21,11 +21,11 @@ def _check_round_trip(path, load: OpStream, run: OpStream) -> streamfile.StreamF
     write_stream_file(str(path), load, run)
     got = streamfile.read(path)
     assert got.load_keys == list(load.keys)
-    assert [got.values[i] for i in got.load_values.tolist()] == [_fingerprint(v) for v in load.values]
+    assert [got.values[i] for i in got.load_values.tolist()] == [fingerprint(v) for v in load.values]
     assert got.ops.tolist() == run.ops.tolist() and got.run_keys == list(run.keys)
     for i, o in enumerate(run.ops.tolist()):
         if o in WRITES:
-            assert got.values[got.args[i]] == _fingerprint(run.values[i])
+            assert got.values[got.args[i]] == fingerprint(run.values[i])
         else:
             assert got.args[i] == (run.scan_lengths[i] if o == SCAN else 0)
     assert len(set(got.values)) == len(got.values)  # each digest view once
@@ -91,6 +91,6 @@ def test_batches_must_cover_the_run(tmp_path):
     load, run = ycsb_streams("C", 10, 10, {}, None, 1)
     for bad in ([5, 4], [10, 0], [11]):
         with pytest.raises(ValueError, match="batches"):
-            streamfile.write(tmp_path / "s.ops", load, run, bad, _fingerprint)
+            streamfile.write(tmp_path / "s.ops", load, run, bad, fingerprint)
     with pytest.raises(WorkloadError, match="inserts only"):
-        streamfile.write(tmp_path / "s.ops", run, run, [10], _fingerprint)
+        streamfile.write(tmp_path / "s.ops", run, run, [10], fingerprint)
