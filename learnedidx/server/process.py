@@ -35,7 +35,7 @@ class ServerProcess:
 
 
 def wait_ready(socket_path: str, timeout: float = 60.0, proc: subprocess.Popen | None = None) -> dict:
-    """Poll ``health`` until the server answers."""
+    """Poll ``health`` until the server answers and is warm (its kernels compiled)."""
     from learnedidx.server.client import Client
 
     deadline = time.time() + timeout
@@ -45,10 +45,13 @@ def wait_ready(socket_path: str, timeout: float = 60.0, proc: subprocess.Popen |
             raise ServerUnavailableError(f"server exited with status {proc.returncode} before it was ready")
         try:
             with Client(socket_path, timeout=5) as c:
-                return c.call("health")[0]
+                health = c.call("health")[0]
+            if health.get("warm", True):
+                return health
+            last = "still compiling its kernels"
         except ServerUnavailableError as exc:
             last = exc
-            time.sleep(0.05)
+        time.sleep(0.05)
     raise ServerUnavailableError(f"server on {socket_path} not ready after {timeout}s: {last}")
 
 
