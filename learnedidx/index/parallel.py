@@ -17,6 +17,16 @@ CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (o
 _pool: ThreadPoolExecutor | None = None
 
 
+def _forget_pool() -> None:
+    """In a forked child: the pool's threads did not survive the fork, start a new pool."""
+    global _pool
+    _pool = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _executor() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:

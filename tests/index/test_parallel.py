@@ -1,6 +1,7 @@
 """Kernels over the slices of a range, on every core."""
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -28,3 +29,19 @@ def test_slices_run_on_several_threads_at_once_when_there_are_cores():
         pytest.skip("one core")
     inside = threading.Barrier(2, timeout=10)  # two slices must be running together to pass
     parallel.over_range(lambda lo, hi: inside.wait(), 2, 2)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_forked_child_gets_a_pool_of_its_own():
+    import multiprocessing
+
+    parallel.over_range(lambda lo, hi: None, 8, 8)  # the parent's pool exists
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:  # over_range in the child would wait forever on the parent's threads
+        assert pool.apply_async(_sum_in_child).get(timeout=60) == sum(range(1000))
+
+
+def _sum_in_child() -> int:
+    seen: list = []
+    parallel.over_range(lambda lo, hi: seen.extend(range(lo, hi)), 1000, 8)
+    return sum(seen)
