@@ -410,3 +410,24 @@ def test_recovery_builds_every_group_from_the_checkpoint(tmp_path):
         assert db.stats()["retrains_incremental"] > 0
         ref.update(extra)
         assert list(db.items()) == sorted(ref.items())
+
+
+def test_bulk_loads_in_several_threads_at_once():
+    # They share the process's kernel thread pool.
+    sets = [[b"t%d/%06d" % (t, (i * 7919) % 30000) for i in range(30000)] for t in range(3)]
+    out: dict = {}
+
+    def load(t):
+        db = learnedidx.open(retrain="off", group_size=64)
+        db.put_many(sets[t], sets[t])
+        out[t] = db
+
+    threads = [threading.Thread(target=load, args=(t,)) for t in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for t, db in out.items():
+        assert list(db) == sorted(set(sets[t])) and db.get_many(sets[t]) == sets[t]
+        db.close()
+    assert len(out) == 3
