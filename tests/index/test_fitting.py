@@ -35,23 +35,17 @@ def _same_as_group_by_group(keys: list[bytes], opts: StoreOptions) -> fitting.Fi
     one_by_one = grouping.grouped(kb.arena, kb.offsets, list(keys), opts, _train)
     G = len(bounds) - 1
     assert fits.gint.shape == (G, K.G_COLS) and one_by_one.gint.shape == (G, K.G_COLS)
-    cols = [K.G_START, K.G_END, K.G_PREFIX, K.G_FEAT]
-    np.testing.assert_array_equal(fits.gint[:, cols], one_by_one.gint[:, cols])
-    np.testing.assert_allclose(fits.coef, one_by_one.coef, rtol=1e-9, atol=1e-9)
+    # The same compiled arithmetic on the same numbers: equal to the last bit.
+    # (G_PHEAD is the snapshot's: filled when it is built.)
+    np.testing.assert_array_equal(fits.gint[:, :K.G_PHEAD], one_by_one.gint[:, :K.G_PHEAD])
+    np.testing.assert_array_equal(fits.coef, one_by_one.coef)
     for g in range(G):
-        # The same computation: bounds equal; were a coefficient to differ in its last bit,
-        # a key predicted right at an integer could move the bound by one.
-        lo, hi = (fits.gint[g, K.G_ERRLO], fits.gint[g, K.G_ERRHI])
-        lo1, hi1 = (one_by_one.gint[g, K.G_ERRLO], one_by_one.gint[g, K.G_ERRHI])
-        assert (lo, hi) == (lo1, hi1) or not np.array_equal(fits.coef[g], one_by_one.coef[g])
-        assert abs(lo - lo1) <= 1 and abs(hi - hi1) <= 1
         memo = one_by_one.models[g]
         if memo.R is None:
             assert fits.R_off[g + 1] == fits.R_off[g]
         else:
             n = memo.R.shape[0]
-            R = fits.R[fits.R_off[g]:fits.R_off[g + 1]].reshape(n, n)
-            np.testing.assert_allclose(R, memo.R, rtol=1e-9, atol=1e-9 * np.abs(memo.R).max())
+            np.testing.assert_array_equal(fits.R[fits.R_off[g]:fits.R_off[g + 1]].reshape(n, n), memo.R)
     return fits
 
 
