@@ -7,16 +7,21 @@ value lists, warms the learned index's kernels up, then times the build alone an
 that the result answers lookups.  Peers: ``learnedidx`` (``put_many`` into an empty store),
 ``sorteddict`` (``SortedDict(zip(keys, values))``), ``sortedlist`` (the last value of each
 key kept through a dict, then one ``sorted`` and the values in key order: two aligned lists
-for ``bisect``).
+for ``bisect``), and ``sindex``, SIndex in its C++ driver program (the sindex peer's, see
+docs/workloads.md), given the same keys and values in a stream file: the time of its load
+phase as the driver measures it (sort, deduplication and SIndex's constructor, which trains
+every group and the root), skipped with a message where the driver is not built.
 """
 from __future__ import annotations
 
 import ctypes
 import gc
 import multiprocessing
+import os
 import random
 import re
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -26,7 +31,7 @@ import typer
 
 from learnedidx.bench.common import console, parse_list, print_table
 
-PEERS = ("learnedidx", "sorteddict", "sortedlist")
+PEERS = ("learnedidx", "sorteddict", "sortedlist", "sindex")
 
 
 def make_keys(spec: str) -> list[bytes]:
@@ -99,12 +104,33 @@ def _trim() -> None:
         pass
 
 
+def _sindex(keys: list[bytes], values: list[bytes]) -> dict:
+    """SIndex's bulk load of the pairs, in its driver program: seconds and distinct keys."""
+    from learnedidx.workloads.peers import SIndexAdapter
+    from learnedidx.workloads.sindex import run_driver, write_stream_file
+    from learnedidx.workloads.spec import INSERT, OpStream
+
+    n = len(keys)
+    load = OpStream(np.full(n, INSERT, np.int8), keys, np.zeros(n, np.int32), values)
+    run = OpStream(np.zeros(0, np.int8), [], np.zeros(0, np.int32), [])
+    # On tmpfs where there is one: the write-back of a file just written to disk would
+    # compete with the driver (it cost SIndex's load a third more in its first run).
+    shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="lidx-load-", dir=shm) as folder:
+        path = str(Path(folder) / "load.ops")
+        write_stream_file(path, load, run)
+        report = run_driver(SIndexAdapter(), path, "batch")[0]
+    return {"seconds": report.runtime_ms / 1e3, "keys": len(dict.fromkeys(keys)), "peak_mib": None, "after_mib": None}
+
+
 def measure_one(peer: str, spec: str) -> dict:
     """One build of ``spec``'s keys (each with its own 8-byte value) by ``peer``, in this
     process: seconds, keys, and the growth of the resident size at the build's peak and
     once it is done (MiB; None where /proc does not tell)."""
     keys = make_keys(spec)
     values = [b"%08d" % i for i in range(len(keys))]
+    if peer == "sindex":  # a program of its own: its time as it measures it, no memory figures
+        return _sindex(keys, values)
     if peer == "learnedidx":
         from learnedidx.workloads.peers import warm_up_learned_index
         warm_up_learned_index()
@@ -179,9 +205,17 @@ def register(app: typer.Typer) -> None:
         if quick:
             keys, repeat = "ycsb:20000", 1
         specs, names = parse_list(keys, str), parse_list(peers, str)
-        unknown = sorted(set(names) - set(BUILDS))
+        unknown = sorted(set(names) - set(PEERS))
         if unknown:
-            raise typer.BadParameter(f"unknown peer(s) {', '.join(unknown)}; peers: {', '.join(BUILDS)}")
+            raise typer.BadParameter(f"unknown peer(s) {', '.join(unknown)}; peers: {', '.join(PEERS)}")
+        if "sindex" in names:
+            from learnedidx.errors import WorkloadError
+            from learnedidx.workloads.peers import sindex_driver
+            try:
+                sindex_driver()
+            except WorkloadError as exc:
+                console.print(f"skipping peer sindex: {exc}")
+                names.remove("sindex")
         results = run(specs, names, repeat)
         print_table(f"bulk load, median of {repeat} (each key with its own 8-byte value)",
                     ["keys", "peer", "distinct keys", "seconds", "keys/s", "peak MiB", "at rest MiB"],

@@ -8,8 +8,8 @@ key bytes from the current depth, big-endian, and a last byte saying how many of
 key has (0..7, or 8 when it goes on past them).  Digits order the keys exactly as their
 bytes do up to the depth + 7; equal digits with a last byte below 8 are equal keys; equal
 digits with 8 are sorted further from the depth + 7.  Each range is sorted by LSD radix
-passes over the bits in which its digits differ only (a long common prefix costs one scan,
-no pass), small ranges by insertion sort.  Everything works on an index array, never
+passes over only the bits in which its digits differ (a long common prefix costs one scan
+per 7 bytes, no pass), small ranges by insertion sort.  Everything works on an index array, never
 moving key bytes; :func:`gather` then writes the sorted arena once.
 """
 from __future__ import annotations
@@ -63,7 +63,9 @@ def _ult(a, b) -> bool:
 @njit(cache=True, nogil=True)
 def _radix(dig, idx, tdig, tidx, lo, hi):
     """Sort ``dig[lo:hi]`` (unsigned) with ``idx`` alongside by LSD passes over the bits in
-    which the digits differ; ``tdig``/``tidx`` are scratch of the same size."""
+    which the digits differ; ``tdig``/``tidx`` are scratch of the same size.  (``>>`` is
+    arithmetic on int64: where a pass reaches past bit 63 its extra bits copy bit 63, which
+    keeps the unsigned order.)"""
     x0 = dig[lo]
     diff = np.int64(0)
     for t in range(lo + 1, hi):

@@ -1,14 +1,17 @@
 """``learnedidx bench load``: every peer's build answers lookups; the command prints the table."""
 from __future__ import annotations
 
+import os
+
 import pytest
 from typer.testing import CliRunner
 
 from learnedidx.bench import load
 from learnedidx.cli import app
+from learnedidx.workloads.peers import SINDEX_DRIVER_ENV
 
 
-@pytest.mark.parametrize("peer", load.PEERS)
+@pytest.mark.parametrize("peer", sorted(load.BUILDS))
 def test_each_build_answers_lookups_with_the_last_value(peer):
     keys = [b"k%03d" % (i % 700) for i in range(1000)]  # repeats: the last value wins
     values = [b"%d" % i for i in range(1000)]
@@ -30,6 +33,15 @@ def test_bench_load_prints_every_peer_and_the_ratios():
     for peer in ("learnedidx", "sorteddict", "sortedlist", "learnedidx / sorteddict", "learnedidx / sortedlist"):
         assert peer in res.output
     assert "3,000" in res.output
+    # SIndex beside them where its driver is built, else a message saying how to build it
+    assert ("learnedidx / sindex" in res.output) != ("skipping peer sindex" in res.output)
+
+
+@pytest.mark.skipif(not os.environ.get(SINDEX_DRIVER_ENV), reason="the SIndex driver is not built")
+def test_sindex_loads_the_same_pairs():
+    keys = [b"k%05d" % (i % 3000) for i in range(4000)]
+    r = load._sindex(keys, [b"%08d" % i for i in range(4000)])
+    assert r["seconds"] > 0  # the driver loaded them (it fails loudly otherwise)
 
 
 def test_bench_load_refuses_an_unknown_peer():
