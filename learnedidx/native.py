@@ -112,6 +112,36 @@ def load_word(typingctx, addr):
 
 
 @intrinsic
+def store_word(typingctx, addr, value):
+    """Store the int64 ``value`` at a raw address (the caller guarantees it is writable)."""
+    if not (isinstance(addr, types.Integer) and isinstance(value, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        word = context.cast(builder, args[1], signature.args[1], types.int64)
+        builder.store(word, builder.inttoptr(args[0], ir.IntType(64).as_pointer()))
+        return context.get_dummy_value()
+
+    return types.void(addr, value), codegen
+
+
+@intrinsic
+def call_with_address(typingctx, fn, arg):
+    """Call the C function ``void fn(void *arg)`` at raw address ``fn``.  The address is
+    an argument, not a constant, so that compiled code stays valid in the on-disk cache
+    (libraries load at other addresses in another process)."""
+    if not (isinstance(fn, types.Integer) and isinstance(arg, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        fnty = ir.FunctionType(ir.VoidType(), [_I8P])
+        builder.call(builder.inttoptr(args[0], fnty.as_pointer()), [builder.inttoptr(args[1], _I8P)])
+        return context.get_dummy_value()
+
+    return types.void(fn, arg), codegen
+
+
+@intrinsic
 def copy_from_address(typingctx, dst, at, src, n):
     """Copy ``n`` bytes from raw address ``src`` into ``dst[at:at+n]`` (a uint8 array; the
     caller checks the bounds)."""

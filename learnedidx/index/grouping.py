@@ -13,13 +13,20 @@ from typing import Callable, Optional
 import numpy as np
 from sortedcontainers import SortedDict
 
+from learnedidx.index import fitting as F
 from learnedidx.index import kernels as K
+from learnedidx.index import keysort, pyobjects
+from learnedidx.index.fitting import feature_len
 from learnedidx.index.keys import KeyBatch
 from learnedidx.index.options import StoreOptions
 from learnedidx.index.snapshot import TOMB, GroupModel, Snapshot
 
 #: ``train(A, b, R_old, A_delta) -> (R, coef)``: full training when ``R_old`` is None.
 Train = Callable[[np.ndarray, np.ndarray, Optional[np.ndarray], Optional[np.ndarray]], tuple[np.ndarray, np.ndarray]]
+#: ``train_all(arena, offsets, bounds) -> Fits | None``: every group trained from scratch at
+#: once (:func:`learnedidx.index.fitting.fit_groups`), or None where the trainer cannot (then
+#: each group is trained through ``train``).
+TrainAll = Callable[[np.ndarray, np.ndarray, np.ndarray], Optional[F.Fits]]
 
 
 @dataclass(frozen=True)
@@ -58,24 +65,11 @@ class FittedGroup:
         return np.array([start, end, self.prefix, self.feat, self.err_lo, self.err_hi, 0], np.int64)
 
 
-def feature_len(arena: np.ndarray, offsets: np.ndarray, s: int, e: int) -> int:
-    """Bytes past the common prefix of keys s..e-1 (the group's uncapped feature length)."""
-    return int(K.max_key_len(offsets, s, e) - K.common_prefix_len(arena, offsets, s, e))
-
-
 def cut(arena: np.ndarray, offsets: np.ndarray, s: int, e: int, opts: StoreOptions) -> list[int]:
     """Group boundaries over sorted keys s..e-1, greedily as in SIndex: groups of
     ``group_size`` keys (a short tail joins the last one), each halved while its feature
     length exceeds ``max_features`` and it is larger than the minimum group size."""
-    bounds = [s]
-    a = s
-    while a < e:
-        b = e if e - a < opts.group_size * 3 // 2 else a + opts.group_size
-        while b - a >= 2 * opts.min_group and feature_len(arena, offsets, a, b) > opts.max_features:
-            b = a + (b - a) // 2
-        bounds.append(b)
-        a = b
-    return bounds
+    return F.cut_bounds(arena, offsets, s, e, opts.group_size, opts.min_group, opts.max_features).tolist()
 
 
 def merge_sorted(old_keys: list[bytes], old_vals: list, bkeys: list[bytes], writes: dict) -> Merged:
@@ -222,12 +216,47 @@ def build(st: Snapshot, writes: dict, dirty: set[int], opts: StoreOptions, train
     return new, splits
 
 
-def regroup(st: Snapshot, opts: StoreOptions, train: Train) -> Snapshot:
-    """``st``'s sorted keys cut into groups (:func:`cut`), each trained from scratch."""
-    bounds = cut(st.arena, st.offsets, 0, st.nkeys(), opts)
-    fits = [fit_group(st.arena, st.offsets, a, b, None, None, 0, opts, train)
-            for a, b in zip(bounds[:-1], bounds[1:])]
-    gint = np.array([f.row(a, b) for f, a, b in zip(fits, bounds[:-1], bounds[1:])], np.int64).reshape(-1, K.G_COLS)
-    coef = np.array([f.coef for f in fits]).reshape(-1, opts.max_features + 1)
-    return Snapshot(st.arena, st.offsets, st.values, gint, coef, [f.memo for f in fits],
-                    [st.key(a) for a in bounds[:-1]], st.buf, [0] * max(1, len(fits)), st.size, st.max_len)
+def grouped(arena: np.ndarray, offsets: np.ndarray, values: list, opts: StoreOptions, train: Train,
+            train_all: TrainAll | None = None, max_len: int | None = None) -> Snapshot:
+    """A snapshot of the sorted, distinct keys ``arena``/``offsets`` with their ``values``,
+    cut into groups (:func:`cut`), each trained from scratch: all at once by ``train_all``
+    where it can, else group by group through ``train``.  ``max_len``: the store's
+    ``max_key_len`` (default: the option's)."""
+    n = len(offsets) - 1
+    bounds = F.cut_bounds(arena, offsets, 0, n, opts.group_size, opts.min_group, opts.max_features)
+    fits = train_all(arena, offsets, bounds) if train_all is not None else None
+    if fits is not None:
+        gint, coef = fits.gint, fits.coef
+        models = [GroupModel(None, 0, 0) if e - s <= 1 else
+                  GroupModel(fits.R[r0:r1].reshape(f + 1, f + 1), p, f)
+                  for s, e, p, f, r0, r1 in zip(gint[:, K.G_START].tolist(), gint[:, K.G_END].tolist(),
+                                                gint[:, K.G_PREFIX].tolist(), gint[:, K.G_FEAT].tolist(),
+                                                fits.R_off[:-1].tolist(), fits.R_off[1:].tolist())]
+    else:
+        bl = bounds.tolist()
+        each = [fit_group(arena, offsets, a, b, None, None, 0, opts, train) for a, b in zip(bl[:-1], bl[1:])]
+        gint = np.array([f.row(a, b) for f, a, b in zip(each, bl[:-1], bl[1:])], np.int64).reshape(-1, K.G_COLS)
+        coef = np.array([f.coef for f in each]).reshape(-1, opts.max_features + 1)
+        models = [f.memo for f in each]
+    firsts = bounds[:-1]
+    pivots = [arena[a:b].tobytes() for a, b in zip(offsets[firsts].tolist(), offsets[firsts + 1].tolist())]
+    return Snapshot(arena, offsets, values, gint, coef, models, pivots, SortedDict(), [0] * max(1, len(models)),
+                    n, opts.max_key_len if max_len is None else max_len)
+
+
+def regroup(st: Snapshot, opts: StoreOptions, train: Train, train_all: TrainAll | None = None) -> Snapshot:
+    """``st``'s sorted keys cut into groups (:func:`cut`), each trained from scratch (see
+    :func:`grouped`); its delta buffer and size carried over."""
+    new = grouped(st.arena, st.offsets, st.values, opts, train, train_all, st.max_len)
+    new.buf, new.counts, new.size = st.buf, [0] * max(1, len(new.models)), st.size
+    return new
+
+
+def bulk_load(arena: np.ndarray, offsets: np.ndarray, values: list, opts: StoreOptions, train: Train,
+              train_all: TrainAll | None = None, max_len: int | None = None) -> Snapshot:
+    """The snapshot holding a batch of keys (any order, repeats allowed: the last value of
+    a key wins) and their ``values``: sorted and deduplicated in compiled code
+    (:func:`~learnedidx.index.keysort.sort_unique`), then :func:`grouped`."""
+    perm = keysort.sort_unique(arena, offsets)
+    sorted_arena, sorted_offsets = keysort.gather(arena, offsets, perm)
+    return grouped(sorted_arena, sorted_offsets, pyobjects.take(values, perm), opts, train, train_all, max_len)

@@ -148,8 +148,12 @@ def error_bounds(arena, offsets, start, stop, prefix_len, feat_len, coef_row):
     lo = 0
     hi = 0
     for i in range(start, stop):
-        q = arena[offsets[i]:offsets[i + 1]]
-        p = _predict(q, prefix_len, feat_len, coef_row)
+        # _predict of the key, read in place: the same sum in the same order, so exactly
+        # the prediction a lookup of this key computes.
+        a = offsets[i] + prefix_len
+        p = coef_row[0]
+        for j in range(min(feat_len, offsets[i + 1] - a)):
+            p += coef_row[1 + j] * arena[a + j]
         if not np.isfinite(p):
             p = 0.0
         p = min(max(p, -1e15), 1e15)

@@ -6,22 +6,28 @@ Python costs three interpreter passes over the list (type check, lengths, join);
 each object's type, size and bytes in place (figures in docs/training.md).  The same item array
 of a store's value list lets lookups prefetch the value they are about to return.
 
-Both rely on CPython's object layout (a list's ``ob_item`` pointer after its header, a
+:func:`take` builds a list of another list's items in a given order (the values of a
+bulk load, in key order) in one compiled pass that prefetches the items it is about to
+reference, where ``operator.itemgetter`` waits for each item's cache miss in turn.
+
+All rely on CPython's object layout (a list's ``ob_item`` pointer after its header, a
 ``bytes`` object's size and characters at fixed offsets), which is checked on real
 objects before use: where it does not hold, :func:`items_address` returns 0 and
 :data:`LAYOUT_OK` is False, and callers take their pure-Python paths.  The kernels
-only read, and hold the GIL, so no other thread can resize the list or free an item
-while they run.
+hold the GIL, so no other thread can resize a list or free an item while they run; only
+:func:`take` writes, into the item array of a list it has just created, and it counts
+references through CPython's own ``Py_IncRef``/``Py_DecRef``.
 """
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 
 import numpy as np
 from numba import njit
 
-from learnedidx.native import copy_from_address, load_word, prefetch_address
+from learnedidx.native import call_with_address, copy_from_address, load_word, prefetch_address, store_word
 
 _PTR = ctypes.sizeof(ctypes.c_void_p)
 _TYPE_AT = _PTR  # PyObject: ob_refcnt, ob_type
@@ -91,3 +97,47 @@ def pack_bytes_list(lst, max_len, bytes_type):
     for i in range(n):
         copy_from_address(arena, offsets[i], load_word(items + 8 * i) + _BYTES_AT, offsets[i + 1] - offsets[i])
     return arena, offsets, -1
+
+
+def _c_function(name: str) -> int:
+    return ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+
+
+_INCREF = _c_function("Py_IncRef")
+_DECREF = _c_function("Py_DecRef")
+
+
+@njit(cache=True)  # holds the GIL: it changes reference counts
+def _take_into(src, n_src, dst, perm, none, incref, decref) -> bool:
+    """Item ``perm[t]`` of the list whose item array is at ``src`` (``n_src`` items) into
+    slot t of the item array at ``dst`` (a fresh list of ``len(perm)`` references to
+    ``none``, each released here); False, and nothing written, if an index is out of range."""
+    m = perm.shape[0]
+    for t in range(m):
+        if perm[t] < 0 or perm[t] >= n_src:
+            return False
+    for t in range(m):
+        if t + 2 * _AHEAD < m:
+            prefetch_address(src + 8 * perm[t + 2 * _AHEAD])
+        if t + _AHEAD < m:
+            prefetch_address(load_word(src + 8 * perm[t + _AHEAD]))
+        obj = load_word(src + 8 * perm[t])
+        call_with_address(incref, obj)
+        store_word(dst + 8 * t, obj)
+        call_with_address(decref, none)
+    return True
+
+
+def take(values: list, perm: np.ndarray) -> list:
+    """``[values[i] for i in perm]``, in one compiled pass where the layout checks out
+    (else ``operator.itemgetter``); IndexError for an index out of range."""
+    m = len(perm)
+    out = [None] * m
+    src, dst = (items_address(values), items_address(out)) if type(values) is list else (0, 0)
+    if src and dst:
+        if not _take_into(src, len(values), dst, np.ascontiguousarray(perm, np.int64), id(None), _INCREF, _DECREF):
+            raise IndexError("list index out of range")
+        return out
+    if m < 2:
+        return [values[i] for i in perm.tolist()]
+    return list(operator.itemgetter(*perm.tolist())(values))

@@ -10,6 +10,7 @@ from typing import Callable
 import numpy as np
 
 from learnedidx.errors import ConfigError, is_offload_failure
+from learnedidx.index.fitting import Fits, fit_groups
 from learnedidx.index.options import StoreOptions
 from learnedidx.index.qr import CpuBackend
 from learnedidx.index.snapshot import Snapshot
@@ -54,6 +55,7 @@ class Retrainer:
             raise ConfigError(f"max_features {opts.max_features} exceeds the {limit} features training "
                               f"backend {self.name} supports")
         self.cpu = self.trainer if getattr(self.trainer, "name", "") == "cpu" else CpuBackend()
+        self.max_features = opts.max_features
         self.retry = opts.trainer_retry
         self.failed = False
         self._failed_at = 0.0
@@ -63,10 +65,28 @@ class Retrainer:
     def name(self) -> str:
         return getattr(self.trainer, "name", str(self.trainer))
 
+    def _retrying(self) -> bool:
+        """Whether the failed trainer is due to be tried again."""
+        return self.failed and time.monotonic() - self._failed_at >= self.retry
+
+    def train_all(self, arena: np.ndarray, offsets: np.ndarray, bounds: np.ndarray) -> Fits | None:
+        """Every group between consecutive ``bounds`` of the sorted keys trained from
+        scratch at once (:func:`~learnedidx.index.fitting.fit_groups`), when training runs
+        in-process on the cpu backend; None otherwise (the caller then trains each group
+        through :meth:`train`)."""
+        backend = self.cpu if self.failed and not self._retrying() else self.trainer
+        if type(backend) is not CpuBackend:
+            return None
+        t0 = time.perf_counter()
+        fits = fit_groups(arena, offsets, bounds, self.max_features)
+        self.stats["train_seconds"] += time.perf_counter() - t0
+        self.stats["retrains_full"] += int(np.count_nonzero(np.diff(bounds) > 1))
+        return fits
+
     def train(self, A: np.ndarray, b: np.ndarray, R_old: np.ndarray | None,
               A_delta: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """(R, coef) of one group: full training when ``R_old`` is None, else incremental."""
-        retry = self.failed and time.monotonic() - self._failed_at >= self.retry
+        retry = self._retrying()
         backend = self.cpu if self.failed and not retry else self.trainer
         name = getattr(backend, "name", backend)
         try:

@@ -211,7 +211,8 @@ class Store:
     def put_many(self, keys: Any, values: Sequence[Any]) -> None:
         """Insert/update many pairs as one atomic, durable batch."""
         self._check_open()
-        klist = KS.key_list(keys, self._max_len)
+        batch, klist = KS.as_batch(keys, self._max_len)  # checked and packed in one compiled pass
+        klist = klist if klist is not None else batch.keys()
         vlist = KS.check_values(values)
         if len(klist) != len(vlist):
             raise ValueError(f"{len(klist)} keys but {len(vlist)} values")
@@ -221,7 +222,8 @@ class Store:
             if self._dur is not None:
                 self._dur.log_batch([(OP_PUT, k, v) for k, v in zip(klist, vlist)])
             if bulk and self._st.nkeys() == 0 and not self._st.buf:
-                self._st = self._bulk_state(klist, vlist)
+                self._st = grouping.bulk_load(batch.arena, batch.offsets, vlist, self.options,
+                                              self._retrainer.train, self._retrainer.train_all, self._max_len)
             else:
                 for k, v in zip(klist, vlist):
                     self._apply(k, v)
@@ -278,16 +280,7 @@ class Store:
 
     # ------------------------------------------------------------------ merges
     def _regroup(self, st: Snapshot) -> Snapshot:
-        return grouping.regroup(st, self.options, self._retrainer.train)
-
-    def _bulk_state(self, klist: list[bytes], vlist: list[bytes]) -> Snapshot:
-        """Groups built straight from a batch loaded into an empty store (the last value of
-        a repeated key wins), skipping the delta buffer."""
-        d = dict(zip(klist, vlist))
-        ks = sorted(d)
-        kb = KeyBatch.from_keys(ks)
-        return self._regroup(Snapshot.ungrouped(kb.arena, kb.offsets, [d[k] for k in ks],
-                                                self.options.max_features, self._max_len))
+        return grouping.regroup(st, self.options, self._retrainer.train, self._retrainer.train_all)
 
     def retrain_now(self) -> None:
         """Merge every buffered write and retrain the groups they touched, synchronously."""

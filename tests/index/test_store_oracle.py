@@ -6,7 +6,7 @@ import threading
 
 import numpy as np
 import pytest
-from hypothesis import settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -358,3 +358,76 @@ def test_updates_in_place_are_not_lost_to_concurrent_merges():
         assert db.get_many(ks) == [b"%d" % r] * len(ks)
         assert db.get_many(sorted(inserted)) == [b"new"] * len(inserted)
         assert len(db) == len(ks) + len(inserted)
+
+
+bulk_keys = st.lists(st.builds(lambda p, s: p + s, st.sampled_from(PREFIXES + [b"\x00" * 12]),
+                               st.binary(min_size=1, max_size=30)), min_size=64, max_size=600)
+
+
+@settings(max_examples=25, deadline=None)
+@given(bulk_keys, st.sampled_from(["cpu", "fpga-emu"]))
+def test_bulk_loaded_store_answers_like_a_dict(ks, trainer):
+    ks = ks + ks[::5]  # repeats: the later value wins
+    vs = [b"%d" % i for i in range(len(ks))]
+    ref = dict(zip(ks, vs))
+    with learnedidx.open(retrain="off", group_size=16, trainer=trainer) as db:
+        db.put_many(ks, vs)
+        s = db.stats()
+        assert s["buffered_writes"] == 0 and s["keys"] == len(ref) and (s["retrains_full"] > 0 or len(ref) == 1)
+        assert list(db.items()) == sorted(ref.items())
+        absent = [k + b"\x00" for k in ks[:50] if k + b"\x00" not in ref] + [b"\xff" * 31, b"\x01"]
+        probe = list(ref) + absent
+        assert [db.get(k) for k in probe] == [ref.get(k) for k in probe]
+        assert db.get_many(probe) == [ref.get(k) for k in probe]
+        sk = sorted(ref)
+        for q in absent[:10] + sk[::17]:
+            i = bisect.bisect_left(sk, q)
+            assert db.scan(q, 5) == [(k, ref[k]) for k in sk[i:i + 5]]
+        # The memoized R of bulk-built groups carries incremental retraining on.
+        new = {k + b"+": b"n" for k in sk[::3]}
+        db.put_many(list(new), list(new.values()))
+        db.retrain_now()
+        ref.update(new)
+        assert list(db.items()) == sorted(ref.items())
+
+
+def test_recovery_builds_every_group_from_the_checkpoint(tmp_path):
+    rng = np.random.default_rng(4)
+    ks = [b"\x00" * int(rng.integers(0, 3)) + rng.bytes(int(rng.integers(1, 12))) for _ in range(6000)]
+    ref = dict(zip(ks, (k[::-1] for k in ks)))
+    with learnedidx.open(tmp_path / "db", retrain="off", group_size=64) as db:
+        db.put_many(list(ref), list(ref.values()))
+        groups = db.stats()["groups"]
+    with learnedidx.open(tmp_path / "db", retrain="off", group_size=64) as db:
+        s = db.stats()
+        assert s["groups"] == groups and s["retrains_full"] >= groups - 1 and s["buffered_writes"] == 0
+        assert db.get_many(list(ref)) == list(ref.values())
+        assert list(db.items()) == sorted(ref.items())
+        extra = {k + b"!": b"x" for k in list(ref)[::10]}
+        for k, v in extra.items():
+            db.put(k, v)
+        db.retrain_now()
+        assert db.stats()["retrains_incremental"] > 0
+        ref.update(extra)
+        assert list(db.items()) == sorted(ref.items())
+
+
+def test_bulk_loads_in_several_threads_at_once():
+    # They share the process's kernel thread pool.
+    sets = [[b"t%d/%06d" % (t, (i * 7919) % 30000) for i in range(30000)] for t in range(3)]
+    out: dict = {}
+
+    def load(t):
+        db = learnedidx.open(retrain="off", group_size=64)
+        db.put_many(sets[t], sets[t])
+        out[t] = db
+
+    threads = [threading.Thread(target=load, args=(t,)) for t in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for t, db in out.items():
+        assert list(db) == sorted(set(sets[t])) and db.get_many(sets[t]) == sets[t]
+        db.close()
+    assert len(out) == 3

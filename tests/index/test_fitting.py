@@ -1,0 +1,122 @@
+"""Training every group at once in compiled code, against group-by-group training through
+the cpu backend and against numpy's least squares."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from learnedidx.errors import WorkloadError
+from learnedidx.index import fitting, grouping
+from learnedidx.index import kernels as K
+from learnedidx.index.keys import KeyBatch
+from learnedidx.index.options import StoreOptions
+from learnedidx.index.qr import RIDGE, CpuBackend
+from learnedidx.index.retrainer import Retrainer
+from learnedidx.workloads.generators import key_names
+from learnedidx.workloads.keysources import load_keys
+
+
+def _train(A, b, R_old, A_delta):
+    res = CpuBackend().train_full(A, b)
+    return res.R, res.coef
+
+
+def _same_as_group_by_group(keys: list[bytes], opts: StoreOptions) -> fitting.Fits:
+    """Fit ``keys`` (sorted, distinct) both ways; check that they agree and return the fits."""
+    kb = KeyBatch.from_keys(keys)
+    bounds = fitting.cut_bounds(kb.arena, kb.offsets, 0, len(keys), opts.group_size, opts.min_group,
+                                opts.max_features)
+    assert bounds.tolist() == grouping.cut(kb.arena, kb.offsets, 0, len(keys), opts)
+    fits = fitting.fit_groups(kb.arena, kb.offsets, bounds, opts.max_features)
+    one_by_one = grouping.grouped(kb.arena, kb.offsets, list(keys), opts, _train)
+    G = len(bounds) - 1
+    assert fits.gint.shape == (G, K.G_COLS) and one_by_one.gint.shape == (G, K.G_COLS)
+    # The same compiled arithmetic on the same numbers: equal to the last bit.
+    # (G_PHEAD is the snapshot's: filled when it is built.)
+    np.testing.assert_array_equal(fits.gint[:, :K.G_PHEAD], one_by_one.gint[:, :K.G_PHEAD])
+    np.testing.assert_array_equal(fits.coef, one_by_one.coef)
+    for g in range(G):
+        memo = one_by_one.models[g]
+        if memo.R is None:
+            assert fits.R_off[g + 1] == fits.R_off[g]
+        else:
+            n = memo.R.shape[0]
+            np.testing.assert_array_equal(fits.R[fits.R_off[g]:fits.R_off[g + 1]].reshape(n, n), memo.R)
+    return fits
+
+
+def _oracle_check(keys: list[bytes], fits: fitting.Fits, max_features: int) -> None:
+    """Each group's R and coefficients against numpy on its feature matrix: ``RᵀR = AᵀA + λI``
+    and the ridge least-squares fit; error bounds hold every key's rank and are attained."""
+    kb = KeyBatch.from_keys(keys)
+    for g in range(len(fits.gint)):
+        s, e, prefix, feat, lo, hi, _ = fits.gint[g].tolist()
+        if e - s <= 1:
+            assert (prefix, feat, lo, hi) == (0, 0, 0, 0)
+            continue
+        ks = keys[s:e]
+        assert prefix == len(os.path.commonprefix([ks[0], ks[-1]])) and feat == min(max_features, max(map(len, ks)) - prefix)
+        A = K.build_features(kb.arena, kb.offsets, s, e, prefix, feat)
+        n = feat + 1
+        R = fits.R[fits.R_off[g]:fits.R_off[g + 1]].reshape(n, n)
+        gram = A.T @ A + RIDGE * np.eye(n)
+        np.testing.assert_allclose(R.T @ R, gram, rtol=1e-9, atol=1e-9 * np.abs(gram).max())
+        b = np.arange(e - s, dtype=np.float64)
+        ref = np.linalg.lstsq(np.r_[A, np.sqrt(RIDGE) * np.eye(n)], np.r_[b, np.zeros(n)], rcond=None)[0]
+        np.testing.assert_allclose(A @ fits.coef[g, :n], A @ ref, atol=1e-6 * (e - s))
+        assert not fits.coef[g, n:].any()
+        pred = np.floor(np.clip(A @ fits.coef[g, :n], -1e15, 1e15)).astype(np.int64)
+        err = np.arange(e - s) - pred  # numpy's sums may round differently right at an integer
+        assert lo <= err.min() + 1 and err.max() - 1 <= hi and lo >= err.min() - 1 and hi <= err.max() + 1
+
+
+key_sets = st.lists(st.builds(lambda p, s: p + s, st.sampled_from([b"", b"\x00", b"user", b"same/long/prefix/"]),
+                              st.binary(min_size=1, max_size=45)), max_size=400, unique=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(key_sets, st.sampled_from([(16, 8), (16, 32), (64, 4), (40, 255)]))
+def test_fit_groups_equals_group_by_group_training(keys, shape):
+    group_size, max_features = shape
+    opts = StoreOptions(group_size=group_size, max_features=max_features)
+    keys = sorted(keys)
+    _oracle_check(keys, _same_as_group_by_group(keys, opts), max_features)
+
+
+@pytest.mark.parametrize("name", ["ycsb", "words", "constant columns", "padding", "two keys"])
+def test_adversarial_key_sets(name):
+    if name == "ycsb":
+        keys = key_names(np.arange(20_000))
+    elif name == "words":
+        try:
+            keys = load_keys("words", 20_000)
+        except WorkloadError:
+            pytest.skip("no word list")
+    elif name == "constant columns":  # equal-length keys, most bytes the same in every key
+        keys = [b"k/%04d/zzzzzzzzzz/%02d" % (i // 100, i % 100) for i in range(20_000)]
+    elif name == "padding":  # lengths 1..40: zero-padded features, prefixes of each other
+        keys = [b"\x00" * (i % 40) + b"%d" % i for i in range(20_000)]
+    else:
+        keys = [b"a", b"a\x00"]
+    opts = StoreOptions(group_size=256)
+    keys = sorted(set(keys))
+    _oracle_check(keys, _same_as_group_by_group(keys, opts), opts.max_features)
+
+
+def test_retrainer_trains_all_groups_at_once_only_on_the_cpu_backend():
+    keys = sorted(key_names(np.arange(3000)))
+    kb = KeyBatch.from_keys(keys)
+    opts = StoreOptions(group_size=128)
+    bounds = fitting.cut_bounds(kb.arena, kb.offsets, 0, len(keys), 128, opts.min_group, opts.max_features)
+    cpu = Retrainer(opts)
+    fits = cpu.train_all(kb.arena, kb.offsets, bounds)
+    assert fits is not None and cpu.stats["retrains_full"] == len(bounds) - 1 and cpu.stats["train_seconds"] > 0
+    emu = Retrainer(StoreOptions(group_size=128, trainer="fpga-emu"))
+    assert emu.train_all(kb.arena, kb.offsets, bounds) is None  # its own datapath: group by group
+    snap = grouping.grouped(kb.arena, kb.offsets, list(keys), opts, emu.train, emu.train_all)
+    assert emu.stats["retrains_full"] == len(bounds) - 1
+    assert all(snap.find(k) == i for i, k in enumerate(keys))
