@@ -69,7 +69,7 @@ def start(
                             start_new_session=True)
     from learnedidx.server.process import wait_ready
 
-    info = wait_ready(socket, 60, proc)
+    info = wait_ready(socket, 120, proc, warm=True)  # started = ready to serve without compiling
     typer.echo(f"server pid {info['pid']} listening on {socket} (log {log})")
 
 

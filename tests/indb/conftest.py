@@ -14,7 +14,7 @@ from learnedidx.server.process import spawn
 @pytest.fixture(scope="session")
 def accel_server(tmp_path_factory, postgresql_proc):
     sock = str(tmp_path_factory.mktemp("srv") / "accel.sock")
-    proc = spawn(sock, backend="cpu")
+    proc = spawn(sock, backend="cpu", warm=True)
     yield proc
     proc.stop()
 

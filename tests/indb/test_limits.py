@@ -27,7 +27,7 @@ LONG_SVM = "SELECT * FROM learnedidx.svm_train('big', 'big_svm', 'y', 'features'
 
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory, postgresql_proc):
-    proc = spawn(str(tmp_path_factory.mktemp("lim") / "accel.sock"), extra_args=LIMITS)
+    proc = spawn(str(tmp_path_factory.mktemp("lim") / "accel.sock"), extra_args=LIMITS, warm=True)
     yield proc
     proc.stop()
 
@@ -185,7 +185,7 @@ def _cluster_with_extension(tmp_path):
 
 
 def test_a_database_restart_mid_call_stops_the_servers_work(tmp_path):
-    srv = spawn(str(tmp_path / "accel.sock"))
+    srv = spawn(str(tmp_path / "accel.sock"), warm=True)
     try:
         with _cluster_with_extension(tmp_path) as cluster:
             with psycopg.connect(cluster.conninfo, autocommit=True) as c:
