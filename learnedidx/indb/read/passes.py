@@ -13,9 +13,9 @@ from typing import Iterable
 
 import numpy as np
 
-from learnedidx.errors import InDBError
+from learnedidx.errors import InDBError, PagesUndecodableError
 from learnedidx.indb.read import strider
-from learnedidx.indb.read.strider import Layout, PagesUndecodable
+from learnedidx.indb.read.strider import Layout
 from learnedidx.indb.read.training_data import RowBuffer, TrainingData
 
 LOOKAHEAD = 8  #: frames read ahead of the decoder (each at most 512 KiB)
@@ -59,14 +59,14 @@ class _Pass:
 
 
 def read_pass(frames: Iterable[tuple[str, object]], buffer: RowBuffer) -> TrainingData:
-    """Decode one pass into ``buffer``.  Raises :class:`PagesUndecodable` (after reading the
+    """Decode one pass into ``buffer``.  Raises :class:`PagesUndecodableError` (after reading the
     pass to its end) when the page path met a value only the query path reads."""
     t0 = time.perf_counter()
     state = _Pass(buffer)
     begin: dict = {}
     end: dict = {}
     pending: deque = deque()
-    undecodable: PagesUndecodable | None = None
+    undecodable: PagesUndecodableError | None = None
     form = "scalars"
     with ThreadPoolExecutor(1, thread_name_prefix="learnedidx-decode") as ex:
         def settle(keep: int) -> None:
@@ -74,7 +74,7 @@ def read_pass(frames: Iterable[tuple[str, object]], buffer: RowBuffer) -> Traini
             while len(pending) > keep:
                 try:
                     pending.popleft().result()
-                except PagesUndecodable as exc:  # keep reading the pass, decode no more
+                except PagesUndecodableError as exc:  # keep reading the pass, decode no more
                     undecodable = exc
 
         for kind, body in frames:

@@ -10,7 +10,7 @@ included) and extracts the wanted fixed-width columns and uncompressed inline ar
 second one writes the usable rows (no NULL, no NULL element) into the training matrix.
 
 A visible tuple the Strider cannot decode (a TOAST pointer, a compressed value) raises
-:class:`PagesUndecodable`: the call then reads the query path instead.
+:class:`PagesUndecodableError`: the call then reads the query path instead.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, types
 
-from learnedidx.errors import InDBError, TrainingDataError
+from learnedidx.errors import InDBError, PagesUndecodableError, TrainingDataError
 from learnedidx.native import unaligned_load
 
 PAGE_SIZE = 8192
@@ -57,10 +57,6 @@ SKIP, ARRAY = -1, -2
 
 # Tuple decode status.
 OK, UNUSABLE, UNDECODABLE, NOT_VECTOR = 0, 1, 2, 3
-
-
-class PagesUndecodable(InDBError):
-    """A visible tuple holds a value the Strider does not decode (TOAST, compression)."""
 
 
 @dataclass
@@ -359,7 +355,7 @@ def decode(layout: Layout, blocks: np.ndarray, pages: np.ndarray, width: int):
         pages, layout.attlen, layout.attalign, layout.slot, layout.code, layout.has_missing, layout.missing,
         layout.n_scalars, n)
     if (status == UNDECODABLE).any():
-        raise PagesUndecodable(f"a row of {layout.relation} holds a TOASTed or compressed value")
+        raise PagesUndecodableError(f"a row of {layout.relation} holds a TOASTed or compressed value")
     ok = np.flatnonzero(status == OK)
     bad = np.flatnonzero(status == NOT_VECTOR)
     if layout.is_array:

@@ -16,12 +16,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from learnedidx.errors import BadRequestError, CancelledError, TooLargeError, TrainingDataError
+from learnedidx.errors import BadRequestError, CancelledError, PagesUndecodableError, TooLargeError, TrainingDataError
 from learnedidx.indb import runtime
 from learnedidx.indb.dsl import Algorithm, compile_algorithm
 from learnedidx.indb.read import strider
 from learnedidx.indb.read.passes import read_pass
-from learnedidx.indb.read.strider import PagesUndecodable
 from learnedidx.indb.read.training_data import RowBuffer, TrainingData
 from learnedidx.server.registry import handler, on_start
 
@@ -65,7 +64,7 @@ def _read(stream, limits) -> TrainingData:
     pages hold values only it reads."""
     try:
         return read_pass(stream.request_pass(1), RowBuffer(limits.max_call_bytes, limits.max_features))
-    except PagesUndecodable as exc:
+    except PagesUndecodableError as exc:
         return read_pass(stream.request_pass(1, query=True, why=str(exc)),
                          RowBuffer(limits.max_call_bytes, limits.max_features))
 
