@@ -1220,6 +1220,27 @@ model_score(Model *m, ArrayType *a, bool *isnull)
 	return 0.0;
 }
 
+/* The score of predict's arguments (model, features): false when it is NULL (a NULL argument or
+ * element).  `proba`: the model must be a logistic regression's. */
+static bool
+score_call(FunctionCallInfo fcinfo, bool proba, Model **mp, double *s)
+{
+	Model	   *m;
+	bool		isnull;
+
+	if (PG_ARGISNULL(0))
+		return false;
+	m = *mp = cached_model(fcinfo);
+	if (proba && m->kind != MODEL_LOGREGR)
+		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
+						errmsg("predict_proba needs a logistic regression model; %s is not one",
+							   get_rel_name(m->relid))));
+	if (PG_ARGISNULL(1))
+		return false;
+	*s = model_score(m, PG_GETARG_ARRAYTYPE_P(1), &isnull);
+	return !isnull;
+}
+
 PG_FUNCTION_INFO_V1(learnedidx_predict);
 
 /* learnedidx.predict(model regclass, features float8[]): the score (linregr and DSL models), the
@@ -1228,16 +1249,9 @@ Datum
 learnedidx_predict(PG_FUNCTION_ARGS)
 {
 	Model	   *m;
-	bool		isnull;
 	double		s;
 
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
-	m = cached_model(fcinfo);
-	if (PG_ARGISNULL(1))
-		PG_RETURN_NULL();
-	s = model_score(m, PG_GETARG_ARRAYTYPE_P(1), &isnull);
-	if (isnull)
+	if (!score_call(fcinfo, false, &m, &s))
 		PG_RETURN_NULL();
 	switch (m->kind)
 	{
@@ -1255,20 +1269,9 @@ Datum
 learnedidx_predict_proba(PG_FUNCTION_ARGS)
 {
 	Model	   *m;
-	bool		isnull;
 	double		s;
 
-	if (PG_ARGISNULL(0))
-		PG_RETURN_NULL();
-	m = cached_model(fcinfo);
-	if (m->kind != MODEL_LOGREGR)
-		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
-						errmsg("predict_proba needs a logistic regression model; %s is not one",
-							   get_rel_name(m->relid))));
-	if (PG_ARGISNULL(1))
-		PG_RETURN_NULL();
-	s = model_score(m, PG_GETARG_ARRAYTYPE_P(1), &isnull);
-	if (isnull)
+	if (!score_call(fcinfo, true, &m, &s))
 		PG_RETURN_NULL();
 	PG_RETURN_FLOAT8(s >= 0 ? 1.0 / (1.0 + exp(-s)) : exp(s) / (1.0 + exp(s)));
 }
