@@ -1,259 +1,405 @@
 -- learnedidx 0.1: in-database ML UDFs (DAnA design) offloaded to the accelerator server.
+--
+-- Rules of this file (docs/indb.md, "Security model"; tests/indb/test_security.py checks them):
+-- * every function either pins `SET search_path = pg_catalog, pg_temp` and qualifies what it
+--   calls, or has an SQL-standard body (RETURN / BEGIN ATOMIC), which PostgreSQL parses once,
+--   here, so that no search_path at call time changes what it calls;
+-- * the public training functions are such bodies: they pass the caller's search_path to the
+--   pinned implementation, which uses it only for the caller's own names and expressions
+--   (the source, dep/indep, the output table's schema, an algorithm's name);
+-- * nothing executable by PUBLIC takes a login, a role, a database or a socket: the data are
+--   read in the caller's backend, as the caller, and streamed to the server (learnedidx.c).
 \echo Use "CREATE EXTENSION learnedidx CASCADE" to load this file. \quit
 
--- Every trained model.  Rows are written by the training functions in the caller's
--- transaction, so a failed or cancelled training leaves none.
-CREATE TABLE learnedidx.models (
-    name text PRIMARY KEY,
-    algorithm text NOT NULL,
-    source text NOT NULL,
-    dep text,
-    indep text[] NOT NULL,
-    params jsonb NOT NULL DEFAULT '{}',
-    owner name NOT NULL DEFAULT current_user,
-    created timestamptz NOT NULL DEFAULT now(),
-    coef float8[],
-    labels float8[],
-    u float8[],
-    v float8[],
-    loss float8,
-    num_rows_processed bigint,
-    num_rows_skipped bigint,
-    num_iterations int,
-    train_seconds float8,
-    accel_seconds float8,
-    read_path text
-);
--- Everyone reads the catalog; rows are added (by training) and removed (drop_model) by their owner only.
-ALTER TABLE learnedidx.models ENABLE ROW LEVEL SECURITY;
-CREATE POLICY models_read ON learnedidx.models FOR SELECT USING (true);
-CREATE POLICY models_insert ON learnedidx.models FOR INSERT WITH CHECK (owner = current_user);
-CREATE POLICY models_delete ON learnedidx.models FOR DELETE USING (owner = current_user);
-GRANT SELECT, INSERT, DELETE ON learnedidx.models TO PUBLIC;
 GRANT USAGE ON SCHEMA learnedidx TO PUBLIC;
 
--- Raises an error from SQL expressions (VOLATILE, so that the planner never folds it early).
-CREATE FUNCTION learnedidx._fail(message text, sqlstate text DEFAULT '22023') RETURNS float8
-LANGUAGE plpgsql VOLATILE AS $$ BEGIN RAISE EXCEPTION '%', message USING ERRCODE = sqlstate; END $$;
+-- ------------------------------------------------------------------------ native code
+-- Streams the caller's data to the server and returns its reply (see learnedidx.c).
+CREATE FUNCTION learnedidx._offload(op text, args jsonb, source regclass DEFAULT NULL, columns text[] DEFAULT NULL,
+                                    query text DEFAULT NULL, search_path text DEFAULT NULL) RETURNS text
+LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'learnedidx_offload';
 
--- (The parameter is not called "args": PL/Python reserves that global for the argument list.)
--- Thin client of the accelerator server (standard library only: this runs in the backend's
--- Python).  Waits in short slices and runs pg_sleep(0) between them so that
--- pg_cancel_backend() and statement_timeout interrupt a long training call.
-CREATE FUNCTION learnedidx._call(op text, request jsonb) RETURNS jsonb
-LANGUAGE plpython3u VOLATILE AS $py$
-import json, os, socket, struct
-# Copies of the Python package's constants (this code imports the standard library only);
-# tests/indb/test_extension_sql.py checks each against its original.
-HEADER, MAGIC, VERSION = ">2sBBI", b"LX", 1  # learnedidx.server.protocol: frame header
-def default_socket_path():
-    # learnedidx.server.protocol.default_socket_path(), in the backend's environment
-    env = os.environ.get("LEARNEDIDX_SOCKET")
-    if env:
-        return env
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    return os.path.join(base, "learnedidx", "accel.sock") if base else "/tmp/learnedidx-%d/accel.sock" % os.getuid()
-path = plpy.execute("SELECT current_setting('learnedidx.socket', true) AS s")[0]["s"] or default_socket_path()
-payload = json.dumps({"op": op, "id": 1, "args": json.loads(request)}).encode()
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-try:
-    s.settimeout(5)
-    s.connect(path)
-except OSError as exc:
-    plpy.error("learnedidx accelerator server is not reachable at %s: %s" % (path, exc),
-               hint="start it with: learnedidx server start --socket %s (or SET learnedidx.socket)" % path,
-               sqlstate="08006")
-try:
-    s.sendall(struct.pack(HEADER, MAGIC, VERSION, 0, len(payload)) + payload)
-    s.settimeout(0.2)
-    def recv_exact(n):
-        chunks = []
-        while n:
-            try:
-                c = s.recv(min(n, 1 << 20))
-            except socket.timeout:
-                plpy.execute("SELECT pg_sleep(0)")  # lets cancel requests and statement_timeout in
-                continue
-            if not c:
-                plpy.error("the learnedidx accelerator server at %s closed the connection mid-request" % path,
-                           sqlstate="08006")
-            chunks.append(c)
-            n -= len(c)
-        return b"".join(chunks)
-    magic, version, flags, length = struct.unpack(HEADER, recv_exact(struct.calcsize(HEADER)))
-    if magic != MAGIC or version != VERSION:
-        plpy.error("unexpected reply from the learnedidx accelerator server at %s" % path)
-    reply = json.loads(recv_exact(length))
-finally:
-    s.close()
+-- The score (linregr, DSL models), the class 0/1 (logregr), the label (svm) or u[row] . v[column]
+-- (lmf) of a feature vector; the model is read once per query, with the caller's privileges.
+CREATE FUNCTION learnedidx.predict(model regclass, features float8[]) RETURNS float8
+LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'learnedidx_predict';
+
+CREATE FUNCTION learnedidx.predict_proba(model regclass, features float8[]) RETURNS float8
+LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'learnedidx_predict_proba';
+
+-- ------------------------------------------------------------------------ names
+-- A training source: a query ('SELECT ...', 'WITH ...', 'VALUES ...', '(...)') or a relation
+-- name resolved with the caller's search_path.  rel is NULL for a query; from_sql is what to
+-- put after FROM.
+CREATE FUNCTION learnedidx._source(source text, caller_path text, OUT rel regclass, OUT from_sql text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF source IS NULL OR btrim(source) = '' THEN
+        RAISE EXCEPTION 'source must name a table or view, or be a query' USING ERRCODE = '22023';
+    END IF;
+    IF source ~* '^\s*(\(|(select|with|values)\M)' THEN
+        from_sql := '(' || source || ')';
+        RETURN;
+    END IF;
+    -- (qualified: what runs with the caller's search_path resolves nothing but the caller's names)
+    PERFORM pg_catalog.set_config('search_path', caller_path, true);
+    rel := pg_catalog.to_regclass(source);
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    IF rel IS NULL THEN
+        RAISE EXCEPTION 'relation "%" does not exist', source USING ERRCODE = '42P01';
+    END IF;
+    SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname) INTO from_sql
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel;
+END $$;
+
+-- Where a new object named `name` (an identifier, optionally schema-qualified) goes: its schema
+-- as CREATE would choose it with the caller's search_path, and its name.
+CREATE FUNCTION learnedidx._target(name text, caller_path text, OUT schema name, OUT relname name)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    parts text[] := parse_ident(name);
+BEGIN
+    IF cardinality(parts) > 2 THEN
+        RAISE EXCEPTION 'improper qualified name (too many dotted names): %', name USING ERRCODE = '42601';
+    END IF;
+    relname := parts[cardinality(parts)];
+    IF cardinality(parts) = 2 THEN
+        schema := parts[1];
+        IF parts[1] = 'pg_temp' THEN
+            schema := (SELECT nspname FROM pg_namespace WHERE oid = pg_my_temp_schema());
+        END IF;
+    ELSE
+        PERFORM pg_catalog.set_config('search_path', caller_path, true);
+        schema := pg_catalog.current_schema();
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    END IF;
+    IF schema IS NULL THEN
+        RAISE EXCEPTION 'no schema has been selected to create % in', name USING ERRCODE = '3F000';
+    END IF;
+END $$;
+
+-- ------------------------------------------------------------------------ DSL algorithms
+-- Registered algorithms, like PostgreSQL objects: a schema-qualified name resolved with the
+-- caller's search_path, CREATE on the schema to register, visible and usable by their owner
+-- (and members of it) and the roles it granted them to; nobody writes rows for another role.
+CREATE TABLE learnedidx.algorithms (
+    nspoid oid NOT NULL,
+    name name NOT NULL,
+    owner oid NOT NULL DEFAULT pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))::oid,
+    source text NOT NULL,
+    created timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    PRIMARY KEY (nspoid, name)
+);
+CREATE TABLE learnedidx.algorithm_grants (
+    nspoid oid NOT NULL,
+    name name NOT NULL,
+    grantee oid NOT NULL,
+    grantor oid NOT NULL DEFAULT pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))::oid,
+    PRIMARY KEY (nspoid, name, grantee),
+    FOREIGN KEY (nspoid, name) REFERENCES learnedidx.algorithms ON DELETE CASCADE
+);
+ALTER TABLE learnedidx.algorithms ENABLE ROW LEVEL SECURITY;
+ALTER TABLE learnedidx.algorithm_grants ENABLE ROW LEVEL SECURITY;
+CREATE POLICY granted ON learnedidx.algorithm_grants FOR SELECT
+    USING (pg_catalog.pg_has_role(grantee, 'USAGE') OR pg_catalog.pg_has_role(grantor, 'USAGE'));
+CREATE POLICY grant_own ON learnedidx.algorithm_grants FOR INSERT
+    WITH CHECK (grantor = pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))::oid
+                AND EXISTS (SELECT 1 FROM learnedidx.algorithms a WHERE a.nspoid = algorithm_grants.nspoid
+                            AND a.name = algorithm_grants.name AND pg_catalog.pg_has_role(a.owner, 'USAGE')));
+CREATE POLICY revoke_own ON learnedidx.algorithm_grants FOR DELETE USING (pg_catalog.pg_has_role(grantor, 'USAGE'));
+CREATE POLICY visible ON learnedidx.algorithms FOR SELECT
+    USING (pg_catalog.pg_has_role(owner, 'USAGE')
+           OR EXISTS (SELECT 1 FROM learnedidx.algorithm_grants g WHERE g.nspoid = algorithms.nspoid
+                      AND g.name = algorithms.name AND pg_catalog.pg_has_role(g.grantee, 'USAGE')));
+CREATE POLICY create_own ON learnedidx.algorithms FOR INSERT
+    WITH CHECK (owner = pg_catalog.to_regrole(pg_catalog.quote_ident(CURRENT_USER))::oid
+                AND pg_catalog.has_schema_privilege(nspoid, 'CREATE'));
+CREATE POLICY drop_own ON learnedidx.algorithms FOR DELETE USING (pg_catalog.pg_has_role(owner, 'USAGE'));
+GRANT SELECT, INSERT, DELETE ON learnedidx.algorithms, learnedidx.algorithm_grants TO PUBLIC;
+
+-- The algorithm a name means to the caller: 'schema.name', or the first schema of the caller's
+-- search_path holding one it may use.
+CREATE FUNCTION learnedidx._algorithm(name text, caller_path text, OUT nspoid oid, OUT qualified text, OUT source text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    parts text[] := parse_ident(name);
+    schemas name[];
+BEGIN
+    IF cardinality(parts) = 2 THEN
+        schemas := ARRAY[parts[1]::name];
+    ELSIF cardinality(parts) = 1 THEN
+        PERFORM pg_catalog.set_config('search_path', caller_path, true);
+        schemas := pg_catalog.current_schemas(false);
+        PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
+    ELSE
+        RAISE EXCEPTION 'improper qualified name (too many dotted names): %', name USING ERRCODE = '42601';
+    END IF;
+    SELECT a.nspoid, quote_ident(n.nspname) || '.' || quote_ident(a.name), a.source INTO nspoid, qualified, source
+    FROM unnest(schemas) WITH ORDINALITY AS s(nsp, i)
+    JOIN pg_namespace n ON n.nspname = s.nsp
+    JOIN learnedidx.algorithms a ON a.nspoid = n.oid AND a.name = parts[cardinality(parts)]
+    ORDER BY s.i LIMIT 1;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'unknown algorithm %', name USING ERRCODE = '42704',
+            HINT = 'Register it with learnedidx.register_algorithm, or ask its owner to grant it to you.';
+    END IF;
+END $$;
+
+CREATE FUNCTION learnedidx._register(name text, source text, caller_path text) RETURNS text
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    t record;
+    reply jsonb;
+BEGIN
+    SELECT * INTO t FROM learnedidx._target(name, caller_path);
+    IF t.relname IN ('linregr', 'logregr', 'svm', 'lmf') THEN
+        RAISE EXCEPTION '% is a built-in algorithm', t.relname USING ERRCODE = '42710';
+    END IF;
+    -- The server compiles it: bad source fails here, with the DSL's message.
+    reply := learnedidx._offload('indb.register', jsonb_build_object('name', t.relname, 'source', source))::jsonb;
+    IF NOT (reply->>'ok')::boolean THEN
+        RAISE EXCEPTION 'learnedidx: %', reply->'error'->>'message'
+            USING ERRCODE = coalesce(reply->'error'->>'sqlstate', 'XX000');
+    END IF;
+    INSERT INTO learnedidx.algorithms (nspoid, name, source)
+    VALUES ((SELECT oid FROM pg_namespace WHERE nspname = t.schema), t.relname, source);
+    RETURN quote_ident(t.schema) || '.' || quote_ident(t.relname);
+END $$;
+
+CREATE FUNCTION learnedidx.register_algorithm(name text, source text) RETURNS text
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT learnedidx._register(name, source, pg_catalog.current_setting('search_path'));
+END;
+
+CREATE FUNCTION learnedidx._algorithm_change(action text, name text, grantee regrole, caller_path text)
+RETURNS void LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    a record;
+    parts text[] := parse_ident(name);
+    n name := parts[cardinality(parts)];
+BEGIN
+    SELECT * INTO a FROM learnedidx._algorithm(name, caller_path);
+    IF action = 'drop' THEN
+        DELETE FROM learnedidx.algorithms WHERE nspoid = a.nspoid AND algorithms.name = n;
+    ELSIF action = 'grant' THEN
+        INSERT INTO learnedidx.algorithm_grants (nspoid, name, grantee)
+        VALUES (a.nspoid, n, _algorithm_change.grantee) ON CONFLICT DO NOTHING;
+    ELSE
+        DELETE FROM learnedidx.algorithm_grants g
+        WHERE g.nspoid = a.nspoid AND g.name = n AND g.grantee = _algorithm_change.grantee;
+    END IF;
+    IF action <> 'grant' AND NOT FOUND THEN
+        RAISE EXCEPTION 'must be owner of algorithm %', name USING ERRCODE = '42501';
+    END IF;
+END $$;
+
+CREATE FUNCTION learnedidx.drop_algorithm(name text) RETURNS void LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT learnedidx._algorithm_change('drop', name, NULL, pg_catalog.current_setting('search_path'));
+END;
+
+CREATE FUNCTION learnedidx.grant_algorithm(name text, grantee regrole) RETURNS void LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT learnedidx._algorithm_change('grant', name, grantee, pg_catalog.current_setting('search_path'));
+END;
+
+CREATE FUNCTION learnedidx.revoke_algorithm(name text, grantee regrole) RETURNS void LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT learnedidx._algorithm_change('revoke', name, grantee, pg_catalog.current_setting('search_path'));
+END;
+
+-- ------------------------------------------------------------------------ training
+CREATE TYPE learnedidx.train_result AS (
+    coef float8[], loss float8, num_rows_processed bigint, num_rows_skipped bigint, num_iterations int,
+    train_seconds float8, accel_seconds float8);
+
+-- Trains `algorithm` (a built-in or a registered DSL algorithm) on `source`, streaming the
+-- caller's rows to the server, and writes the model: the output table and its _summary table,
+-- created in the caller's transaction in the schema `out_table` resolves to (CREATE on it is
+-- PostgreSQL's check), so a failed or cancelled training leaves neither.
+CREATE FUNCTION learnedidx._train(algorithm text, source text, out_table text, dep text, indep text, params jsonb,
+                                  caller_path text)
+RETURNS learnedidx.train_result LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $py$
+import json, re
+P = SD.get("plans")
+if P is None:
+    P = SD["plans"] = {k: plpy.prepare(q, t) for k, (q, t) in {
+        "setting": ("SELECT pg_catalog.current_setting($1, true) AS v", ["text"]),
+        "source": ("SELECT rel::pg_catalog.oid AS oid, from_sql FROM learnedidx._source($1, $2)", ["text", "text"]),
+        "target": ("SELECT schema, relname FROM learnedidx._target($1, $2)", ["text", "text"]),
+        "exists": ("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS e", ["text"]),
+        "columns": ("SELECT pg_catalog.array_agg(attname::pg_catalog.text) AS c FROM pg_catalog.pg_attribute "
+                    "WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped", ["oid"]),
+        "algorithm": ("SELECT qualified, source FROM learnedidx._algorithm($1, $2)", ["text", "text"]),
+        "offload": ("SELECT learnedidx._offload('indb.train', $1::pg_catalog.jsonb, "
+                    "$2::pg_catalog.oid::pg_catalog.regclass, $3, $4, $5) AS r", ["text", "oid", "text[]", "text", "text"]),
+    }.items()}
+BUILTINS = ("linregr", "logregr", "svm", "lmf")
+READERS = {"auto": "auto", "pages": "pages", "query": "query", "strider": "pages", "copy": "query"}
+
+def fail(message, sqlstate="22023"):
+    plpy.error(message, sqlstate=sqlstate)
+
+def split_top(text):
+    """The comma-separated items of a select list, commas inside (), [] or quotes aside."""
+    items, cur, depth, quote = [], [], 0, None
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(ch)
+    return items + ["".join(cur).strip()]
+
+IDENT = re.compile(r'\s*(?:([A-Za-z_][A-Za-z0-9_$]*)|"((?:[^"]|"")+)")\s*$')
+def column(item, names):
+    """The column an item names (identifier rules: folded unless quoted), or None."""
+    m = IDENT.match(item)
+    name = m and (m.group(1).lower() if m.group(1) else m.group(2).replace('""', '"'))
+    return name if name in names else None
+
+for arg, value in (("source", source), ("out_table", out_table), ("dep", dep), ("indep", indep)):
+    if value is None or not value.strip():
+        fail("%s must not be empty" % arg)
+opts = json.loads(params) if params else {}
+reader = opts.pop("reader", None) or plpy.execute(P["setting"], ["learnedidx.reader"])[0]["v"] or "auto"
+if reader not in READERS:
+    fail("learnedidx.reader must be auto, pages or query, not %r" % reader)
+reader = READERS[reader]
+threads = opts.get("threads") or plpy.execute(P["setting"], ["learnedidx.threads"])[0]["v"]
+if threads is not None:
+    if not str(threads).isdigit() or int(threads) < 1:
+        fail("learnedidx.threads must be a positive integer, not %r" % threads)
+    opts["threads"] = int(threads)
+
+args = {"algorithm": algorithm, "params": opts, "dep": dep, "indep": indep}
+method = algorithm
+if algorithm not in BUILTINS:
+    alg = plpy.execute(P["algorithm"], [algorithm, caller_path])[0]
+    method, args["dsl_source"] = alg["qualified"], alg["source"]
+
+target = plpy.execute(P["target"], [out_table, caller_path])[0]
+if len(target["relname"].encode()) > 63 - len("_summary"):
+    fail("output table name %s is too long for its _summary table" % out_table, "42622")
+out = plpy.quote_ident(target["schema"]) + "." + plpy.quote_ident(target["relname"])
+summary = plpy.quote_ident(target["schema"]) + "." + plpy.quote_ident(target["relname"] + "_summary")
+for t in (out, summary):
+    if plpy.execute(P["exists"], [t])[0]["e"]:
+        fail("relation %s already exists" % t, "42P07")
+
+# What to read: dep and indep are columns or SQL expressions of the source.  MADlib's
+# 'ARRAY[1, x1, x2]' states the intercept (true with a 1 among the items, false without).
+src = plpy.execute(P["source"], [source, caller_path])[0]
+array_form = re.match(r"(?is)\s*array\s*\[(.*)\]\s*$", indep)
+items = split_top(array_form.group(1) if array_form else indep)
+if array_form:
+    opts["intercept"] = "1" in items
+    items = items[1:] if items and items[0] == "1" else items
+query = "SELECT (%s), %s FROM %s AS src" % (dep, indep, src["from_sql"])
+columns = None
+if src["oid"] is not None:
+    names = set(plpy.execute(P["columns"], [src["oid"]])[0]["c"] or [])
+    found = [column(c, names) for c in [dep] + items]
+    if items and all(found):
+        columns = found
+if reader == "pages" and columns is None:
+    fail("the page reader reads plain columns of a table, view-free: %s" % (
+        "the source is a query" if src["oid"] is None else "dep or indep is an expression"), "0A000")
+
+pages = reader != "query" and columns is not None
+raw = plpy.execute(P["offload"], [json.dumps(args), src["oid"] if pages else None, columns if pages else None,
+                                  query if reader != "pages" else None, caller_path])[0]["r"]
+reply = json.loads(raw)
 if not reply.get("ok"):
-    err = reply.get("error") or {}
-    # learnedidx.errors.SQLSTATES (tests/test_errors.py checks that they agree)
-    states = {"auth": "28000", "bad-data": "22023", "bad-parameter": "22023", "bad-request": "22023",
-              "cache-miss": "55000", "cancelled": "57014", "config": "22023", "corrupt-log": "XX001",
-              "device": "58000", "dsl": "42601", "internal": "XX000", "key-length": "22023",
-              "key-type": "42804", "login": "28000", "not-supported": "0A000", "permission-denied": "42501",
-              "protocol": "08P01", "snapshot": "25000", "store-closed": "55000", "store-locked": "55006",
-              "strider-fallback": "0A000", "too-large": "54000", "trace-format": "22P02",
-              "unavailable": "08006", "undefined-column": "42703", "undefined-table": "42P01",
-              "unknown-algorithm": "42704", "unknown-op": "42883", "unsupported-type": "42804",
-              "workload": "22023"}
-    plpy.error("learnedidx: %s" % err.get("message", "unknown error"),
-               sqlstate=states.get(err.get("kind"), "XX000"))
-return json.dumps(reply.get("result") or {})
-$py$;
+    e = reply.get("error") or {}
+    fail("learnedidx: %s" % e.get("message", "unknown error"), e.get("sqlstate") or "XX000")
+r = reply["result"]
 
--- Where the server reaches this cluster.  SECURITY DEFINER because reading
--- unix_socket_directories needs pg_read_all_settings; it only reveals the socket directory.
-CREATE FUNCTION learnedidx._cluster(OUT host text, OUT port int, OUT db text)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog AS $$
-    SELECT btrim(split_part(current_setting('unix_socket_directories'), ',', 1)),
-           current_setting('port')::int, current_database()::text
-$$;
-
--- Runs a training request and stores the model: output table + catalog row, in the
--- caller's transaction.
-CREATE FUNCTION learnedidx._train(algorithm text, source text, out_table text, dep text, indep text[],
-                                  params jsonb, snapshot text, caller name, caller_xid xid8)
-RETURNS jsonb LANGUAGE plpython3u VOLATILE AS $py$
-import json
-if caller_xid is not None:
-    plpy.error("learnedidx cannot train inside a transaction that has already written data",
-               detail="The accelerator reads the data through an exported snapshot, which cannot see this "
-                      "transaction's own uncommitted writes.", hint="COMMIT first, then train.", sqlstate="25001")
-if plpy.execute(plpy.prepare("SELECT 1 FROM learnedidx.models WHERE name = $1", ["text"]), [out_table]).nrows():
-    plpy.error("a model named %s already exists in learnedidx.models" % out_table, sqlstate="42710")
-if plpy.execute(plpy.prepare("SELECT to_regclass($1) IS NOT NULL AS e", ["text"]), [out_table])[0]["e"]:
-    plpy.error("output table %s already exists" % out_table, sqlstate="42P07")
-import re
-QUERY_SOURCE = re.compile(r"\s*(\(|(select|with|values)\b)", re.I)  # learnedidx.indb.read.access.QUERY_SOURCE
-src = [] if QUERY_SOURCE.match(source) else plpy.execute(plpy.prepare(
-    "SELECT c.relpersistence AS p FROM pg_class c WHERE c.oid = to_regclass($1)", ["text"]), [source])
-if len(src) and src[0]["p"] == "t":
-    plpy.error("learnedidx cannot train on temporary table %s" % source,
-               detail="The accelerator server reads through a session of its own, which cannot see this "
-                      "session's temporary tables.", hint="Use a regular or unlogged table.", sqlstate="0A000")
-conn = plpy.execute("SELECT * FROM learnedidx._cluster()")[0]
-# The server logs in as the caller (session_user) and takes on current_user, so that the
-# caller's privileges and row-level security apply to everything it reads.
-args = {"algorithm": algorithm, "source": source, "dep": dep, "indep": list(indep), "params": params if isinstance(params, dict) else json.loads(params),
-        "snapshot": snapshot, "login": caller, "role": plpy.execute("SELECT current_user AS u")[0]["u"],
-        # lets the server stop training once this statement is cancelled or times out
-        "caller_pid": plpy.execute("SELECT pg_backend_pid() AS p")[0]["p"],
-        "caller_xact_start": plpy.execute("SELECT now()::text AS t")[0]["t"],
-        "host": conn["host"].strip(), "port": int(conn["port"]),
-        "dbname": conn["db"], "search_path": plpy.execute("SELECT current_setting('search_path') AS p")[0]["p"]}
-# Session settings learnedidx.reader (auto, strider, copy) and learnedidx.threads apply unless params name them.
-for key in ("reader", "threads"):
-    v = plpy.execute("SELECT current_setting('learnedidx.%s', true) AS v" % key)[0]["v"]
-    if v and key not in args["params"]:
-        if key == "threads" and not v.isdigit():
-            plpy.error("learnedidx.threads must be a positive integer, not %r" % v, sqlstate="22023")
-        args["params"][key] = int(v) if key == "threads" else v
-raw = plpy.execute(plpy.prepare("SELECT learnedidx._call('indb.train', $1::jsonb)::text AS r", ["text"]),
-                   [json.dumps(args)])[0]["r"]
-r = json.loads(raw)
 def lit(v):
     # Array literals pass as text: converting nested lists element by element in PL/Python
     # costs far more than PostgreSQL parsing one float8[] literal.
     if v is None:
         return None
     return "{" + ",".join(lit(x) if isinstance(x, list) else repr(float(x)) for x in v) + "}"
-m = {k: lit(v) for k, v in r["model"].items()}
+
+m = r["model"]
 stats = [r["loss"], r["num_rows_processed"], r["num_rows_skipped"], r["num_iterations"], r["train_seconds"],
          r["accel_seconds"]]
-q = plpy.quote_ident
-parts = out_table.split(".")
-if len(parts) > 2:
-    plpy.error("bad output table name %s" % out_table, sqlstate="42602")
-target = ".".join(q(p) for p in parts)
+STATS = ("loss pg_catalog.float8, num_rows_processed pg_catalog.int8, num_rows_skipped pg_catalog.int8, "
+         "num_iterations pg_catalog.int4, train_seconds pg_catalog.float8, accel_seconds pg_catalog.float8")
 if algorithm == "lmf":
-    plpy.execute("CREATE TABLE %s (u float8[], v float8[], loss float8, num_rows_processed bigint, "
-                 "num_rows_skipped bigint, num_iterations int, train_seconds float8, accel_seconds float8)" % target)
-    plpy.execute(plpy.prepare("INSERT INTO %s VALUES ($1::float8[], $2::float8[], $3, $4, $5, $6, $7, $8)" % target,
-                              ["text", "text", "float8", "bigint", "bigint", "int", "float8", "float8"]),
-                 [m["u"], m["v"]] + stats)
+    model_cols = [("u", "pg_catalog.float8[]", lit(m["u"])), ("v", "pg_catalog.float8[]", lit(m["v"])),
+                  ("row_ids", "pg_catalog.int8[]", "{%s}" % ",".join(map(str, m["row_ids"]))),
+                  ("col_ids", "pg_catalog.int8[]", "{%s}" % ",".join(map(str, m["col_ids"])))]
 else:
-    plpy.execute("CREATE TABLE %s (coef float8[], loss float8, num_rows_processed bigint, num_rows_skipped bigint, "
-                 "num_iterations int, train_seconds float8, accel_seconds float8)" % target)
-    plpy.execute(plpy.prepare("INSERT INTO %s VALUES ($1::float8[], $2, $3, $4, $5, $6, $7)" % target,
-                              ["text", "float8", "bigint", "bigint", "int", "float8", "float8"]),
-                 [m["coef"]] + stats)
+    model_cols = [("coef", "pg_catalog.float8[]", lit(m["coef"]))]
+    if "labels" in m:
+        model_cols.append(("dep_var_mapping", "pg_catalog.float8[]", lit(m["labels"])))
+plpy.execute("CREATE TABLE %s (%s, %s)" % (out, ", ".join("%s %s" % c[:2] for c in model_cols), STATS))
+n = len(model_cols)
+plpy.execute(plpy.prepare("INSERT INTO %s VALUES (%s)" % (out, ", ".join(
+    ["$%d::%s" % (i + 1, c[1]) for i, c in enumerate(model_cols)] + ["$%d" % (n + i + 1) for i in range(6)])),
+    ["text"] * n + ["float8", "int8", "int8", "int4", "float8", "float8"]), [c[2] for c in model_cols] + stats)
+feature_expression = ("(%s)" if r["features_form"] == "array" else "ARRAY[%s]") % indep + "::pg_catalog.float8[]"
+plpy.execute("CREATE TABLE %s (method pg_catalog.text, source_table pg_catalog.text, out_table pg_catalog.text, "
+             "dependent_varname pg_catalog.text, independent_varname pg_catalog.text, intercept pg_catalog.bool, "
+             "num_features pg_catalog.int4, feature_expression pg_catalog.text, params pg_catalog.jsonb, "
+             "read_path pg_catalog.text, num_rows_processed pg_catalog.int8, num_missing_rows_skipped pg_catalog.int8, "
+             "timings pg_catalog.jsonb, created pg_catalog.timestamptz DEFAULT pg_catalog.now())" % summary)
 plpy.execute(plpy.prepare(
-    "INSERT INTO learnedidx.models (name, algorithm, source, dep, indep, params, coef, labels, u, v, loss, "
-    "num_rows_processed, num_rows_skipped, num_iterations, train_seconds, accel_seconds, read_path) "
-    "VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7::float8[], $8::float8[], $9::float8[], $10::float8[], $11, $12, $13, "
-    "$14, $15, $16, $17)",
-    ["text", "text", "text", "text", "text[]", "text", "text", "text", "text", "text", "float8",
-     "bigint", "bigint", "int", "float8", "float8", "text"]),
-    [out_table, algorithm, source, dep, list(indep), params, m.get("coef"), m.get("labels"), m.get("u"), m.get("v")]
-    + stats + [r.get("path")])
-return json.dumps(r)
+    "INSERT INTO %s VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::pg_catalog.jsonb, $10, $11, $12, "
+    "$13::pg_catalog.jsonb)" % summary,
+    ["text", "text", "text", "text", "text", "bool", "int4", "text", "text", "text", "int8", "int8", "text"]),
+    [method, source, out, dep, indep, r["intercept"], r["num_features"], feature_expression, json.dumps(opts),
+     r["path"], r["num_rows_processed"], r["num_rows_skipped"], json.dumps(r["timings"])])
+return {"coef": m.get("coef"), "loss": r["loss"], "num_rows_processed": r["num_rows_processed"],
+        "num_rows_skipped": r["num_rows_skipped"], "num_iterations": r["num_iterations"],
+        "train_seconds": r["train_seconds"], "accel_seconds": r["accel_seconds"]}
 $py$;
 
--- indep: one array column, 'x1, x2, ...', or MADlib's 'ARRAY[1, x1, x2, ...]' (the 1 is the intercept).
-CREATE FUNCTION learnedidx._indep_items(indep text) RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT array_agg(btrim(c)) FROM unnest(string_to_array(
-        coalesce(substring(indep from '(?i)^\s*array\s*\[(.*)\]\s*$'), indep), ',')) AS c
-$$;
-
-CREATE FUNCTION learnedidx._split_indep(indep text) RETURNS text[]
-LANGUAGE sql IMMUTABLE AS $$ SELECT array_remove(learnedidx._indep_items(indep), '1') $$;
-
--- MADlib's form states the intercept: true with a 1 among the items, false without; NULL otherwise.
-CREATE FUNCTION learnedidx._intercept(indep text) RETURNS boolean
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN indep ~* '^\s*array\s*\[' THEN '1' = ANY(learnedidx._indep_items(indep)) END
-$$;
-
-CREATE FUNCTION learnedidx._floats(j jsonb) RETURNS float8[]
-LANGUAGE sql IMMUTABLE AS $$ SELECT ARRAY(SELECT jsonb_array_elements_text(j)::float8) $$;
-
-CREATE TYPE learnedidx.train_result AS (
-    coef float8[], loss float8, num_rows_processed bigint, num_rows_skipped bigint, num_iterations int,
-    train_seconds float8, accel_seconds float8);
-
-CREATE FUNCTION learnedidx._result(r jsonb) RETURNS learnedidx.train_result
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT learnedidx._floats(r->'model'->'coef'), (r->>'loss')::float8, (r->>'num_rows_processed')::bigint,
-           (r->>'num_rows_skipped')::bigint, (r->>'num_iterations')::int, (r->>'train_seconds')::float8,
-           (r->>'accel_seconds')::float8
-$$;
-
--- Training runs in FROM, not as (f()).*, which would call it once per output column.
--- The training functions are LANGUAGE sql so that pg_export_snapshot() runs in the caller's
--- top-level transaction (PL/Python would run it in a subtransaction, which PostgreSQL refuses).
+-- The training functions: SQL-standard bodies (parsed here, once) that pass the caller's
+-- search_path to learnedidx._train.  MADlib's argument names and order.
+-- indep: one numeric array column, 'x1, x2, ...', MADlib's 'ARRAY[1, x1, x2, ...]' (the 1 is the
+-- intercept), or any SQL expressions of the source's columns.
 CREATE FUNCTION learnedidx.linregr_train(source text, out_table text, dep text, indep text,
                                          "intercept" boolean DEFAULT true)
-RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
-    SELECT * FROM learnedidx._result(learnedidx._train('linregr', source, out_table, dep, learnedidx._split_indep(indep),
-            jsonb_build_object('intercept', coalesce(learnedidx._intercept(indep), "intercept")), pg_export_snapshot(), session_user,
-            pg_current_xact_id_if_assigned()))
-$$;
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT * FROM learnedidx._train('linregr', source, out_table, dep, indep,
+        pg_catalog.jsonb_build_object('intercept', "intercept"), pg_catalog.current_setting('search_path'));
+END;
 
--- MADlib's signature; grouping_cols must be NULL (one model per call), optimizer 'irls' or 'newton'.
+-- optimizer 'irls' or 'newton' (both Newton's method); grouping_cols must be NULL.
 CREATE FUNCTION learnedidx.logregr_train(source text, out_table text, dep text, indep text,
                                          grouping_cols text DEFAULT NULL, max_iter int DEFAULT 20,
                                          optimizer text DEFAULT 'irls', tolerance float8 DEFAULT 0.0001,
                                          verbose boolean DEFAULT false)
-RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
-    SELECT * FROM learnedidx._result(learnedidx._train('logregr', source, out_table, dep, learnedidx._split_indep(indep),
-            jsonb_build_object('max_iter', max_iter, 'tolerance', tolerance, 'optimizer', optimizer,
-                               'intercept', learnedidx._intercept(indep),
-                               'grouping_cols', grouping_cols),
-            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))
-$$;
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT * FROM learnedidx._train('logregr', source, out_table, dep, indep,
+        pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('max_iter', max_iter, 'tolerance', tolerance,
+            'optimizer', optimizer, 'grouping_cols', grouping_cols)),
+        pg_catalog.current_setting('search_path'));
+END;
 
 CREATE FUNCTION learnedidx.svm_train(source text, out_table text, dep text, indep text,
                                      lambda float8 DEFAULT 0.0001, max_iter int DEFAULT 30,
                                      stepsize float8 DEFAULT 0.1)
-RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
-    SELECT * FROM learnedidx._result(learnedidx._train('svm', source, out_table, dep, learnedidx._split_indep(indep),
-            jsonb_build_object('lambda', lambda, 'max_iter', max_iter, 'stepsize', stepsize,
-                               'intercept', learnedidx._intercept(indep)),
-            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))
-$$;
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT * FROM learnedidx._train('svm', source, out_table, dep, indep,
+        pg_catalog.jsonb_build_object('lambda', lambda, 'max_iter', max_iter, 'stepsize', stepsize),
+        pg_catalog.current_setting('search_path'));
+END;
 
 CREATE FUNCTION learnedidx.lmf_train(source text, out_table text, col_row text, col_column text, col_value text,
                                      max_rank int DEFAULT 10, stepsize float8 DEFAULT 0.01,
@@ -261,123 +407,108 @@ CREATE FUNCTION learnedidx.lmf_train(source text, out_table text, col_row text, 
                                      scale_factor float8 DEFAULT 0.1)
 RETURNS TABLE(loss float8, num_rows_processed bigint, num_iterations int, train_seconds float8,
               accel_seconds float8)
-LANGUAGE sql VOLATILE AS $$
-    SELECT (r->>'loss')::float8, (r->>'num_rows_processed')::bigint, (r->>'num_iterations')::int,
-           (r->>'train_seconds')::float8, (r->>'accel_seconds')::float8
-    FROM learnedidx._train('lmf', source, out_table, col_value, ARRAY[col_row, col_column],
-            jsonb_build_object('rank', max_rank, 'stepsize', stepsize, 'lambda', lambda,
-                               'max_iter', num_iterations, 'scale_factor', scale_factor),
-            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()) r
-$$;
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT r.loss, r.num_rows_processed, r.num_iterations, r.train_seconds, r.accel_seconds
+    FROM learnedidx._train('lmf', source, out_table, col_value, col_row || ', ' || col_column,
+        pg_catalog.jsonb_build_object('rank', max_rank, 'stepsize', stepsize, 'lambda', lambda,
+                                      'max_iter', num_iterations, 'scale_factor', scale_factor),
+        pg_catalog.current_setting('search_path')) AS r;
+END;
 
--- User algorithms written in the DSL (see docs/dsl.md).
-CREATE TABLE learnedidx.algorithms (
-    name text PRIMARY KEY,
-    source text NOT NULL,
-    owner name NOT NULL DEFAULT current_user,
-    created timestamptz NOT NULL DEFAULT now()
-);
-ALTER TABLE learnedidx.algorithms ENABLE ROW LEVEL SECURITY;
-CREATE POLICY algorithms_read ON learnedidx.algorithms FOR SELECT USING (true);
-CREATE POLICY algorithms_insert ON learnedidx.algorithms FOR INSERT WITH CHECK (owner = current_user);
-GRANT SELECT, INSERT ON learnedidx.algorithms TO PUBLIC;
-
-CREATE FUNCTION learnedidx.register_algorithm(name text, source text) RETURNS text
-LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    PERFORM learnedidx._call('indb.register', jsonb_build_object('name', name, 'source', source));
-    INSERT INTO learnedidx.algorithms (name, source) VALUES (name, source);
-    RETURN name;
-END $$;
-
+-- A registered DSL algorithm (docs/dsl.md); params override its settings.
 CREATE FUNCTION learnedidx.train(name text, source text, dep text, indep text, params jsonb DEFAULT '{}',
                                  out_table text DEFAULT NULL)
-RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE AS $$
-    SELECT * FROM learnedidx._result(learnedidx._train(name, source, coalesce(out_table, name || '_model'), dep,
-            learnedidx._split_indep(indep),
-            jsonb_strip_nulls(jsonb_build_object('intercept', learnedidx._intercept(indep))) || params
-            || jsonb_build_object('dsl_source', (SELECT a.source FROM learnedidx.algorithms a WHERE a.name = train.name)),
-            pg_export_snapshot(), session_user, pg_current_xact_id_if_assigned()))
-$$;
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT * FROM learnedidx._train(name, source, coalesce(out_table, name || '_model'), dep, indep, params,
+        pg_catalog.current_setting('search_path'));
+END;
 
--- Prediction: plain SQL over the stored coefficients (no server round trip per row).
--- coef[1] is the intercept when the model has one coefficient more than there are features.
--- NULL features (or a NULL element) predict NULL; a feature count the model does not fit is an error.
-CREATE FUNCTION learnedidx._score(coef float8[], features float8[]) RETURNS float8
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN features IS NULL OR array_position(features, NULL) IS NOT NULL THEN NULL
-                WHEN cardinality(coef) = cardinality(features) + 1
-                THEN coef[1] + (SELECT sum(c * f) FROM unnest(coef[2:], features) AS t(c, f))
-                WHEN cardinality(coef) = cardinality(features)
-                THEN (SELECT sum(c * f) FROM unnest(coef, features) AS t(c, f))
-                ELSE learnedidx._fail(format('the model has %s coefficients; %s features do not fit it',
-                                             cardinality(coef), cardinality(features))) END
-$$;
-
--- LMF: features = ARRAY[row id, column id]; u[row] . v[column], NULL for ids the model has not seen.
-CREATE FUNCTION learnedidx._lmf_score(u float8[], v float8[], features float8[]) RETURNS float8
-LANGUAGE sql IMMUTABLE AS $$
-    SELECT CASE WHEN cardinality(features) IS DISTINCT FROM 2
-                THEN learnedidx._fail('LMF models predict from ARRAY[row id, column id]')
-                ELSE (SELECT sum(a * b) FROM unnest(u[features[1] + 1:features[1] + 1][:],
-                                                     v[features[2] + 1:features[2] + 1][:]) AS t(a, b)) END
-$$;
-
-CREATE FUNCTION learnedidx.predict(model text, features float8[]) RETURNS float8
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN m.name IS NULL THEN learnedidx._fail(format('no model named %s', model), '42704')
-                WHEN m.algorithm = 'logregr' THEN (learnedidx._score(m.coef, features) > 0)::int::float8
-                WHEN m.algorithm = 'svm'
-                THEN CASE WHEN learnedidx._score(m.coef, features) > 0 THEN m.labels[2] ELSE m.labels[1] END
-                WHEN m.algorithm = 'lmf' THEN learnedidx._lmf_score(m.u, m.v, features)
-                ELSE learnedidx._score(m.coef, features) END
-    FROM (VALUES (1)) AS one(x) LEFT JOIN learnedidx.models m ON m.name = model
-$$;
-
-CREATE FUNCTION learnedidx.predict_proba(model text, features float8[]) RETURNS float8
-LANGUAGE sql STABLE AS $$
-    SELECT CASE WHEN m.name IS NULL THEN learnedidx._fail(format('no model named %s', model), '42704')
-                WHEN m.algorithm <> 'logregr'
-                THEN learnedidx._fail(format('predict_proba needs a logistic regression model; %s is %s',
-                                             model, m.algorithm), '42809')
-                ELSE 1.0 / (1.0 + exp(-learnedidx._score(m.coef, features))) END
-    FROM (VALUES (1)) AS one(x) LEFT JOIN learnedidx.models m ON m.name = model
-$$;
-
--- Removes a model of one's own: its catalog row and its output table.
-CREATE FUNCTION learnedidx.drop_model(model text) RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
+-- ------------------------------------------------------------------------ models
+-- A model is its output table plus the <name>_summary table beside it (as in MADlib); its
+-- privileges are those tables' privileges.  This is the summary of a model, or an error.
+CREATE FUNCTION learnedidx._summary(model regclass) RETURNS regclass
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    s oid;
 BEGIN
-    DELETE FROM learnedidx.models WHERE name = model;
-    IF NOT FOUND THEN
-        IF EXISTS (SELECT 1 FROM learnedidx.models WHERE name = model) THEN
-            RAISE EXCEPTION 'model % belongs to another role', model USING ERRCODE = '42501';
-        END IF;
-        RAISE EXCEPTION 'no model named %', model USING ERRCODE = '42704';
+    SELECT c.oid INTO s FROM pg_class m
+    JOIN pg_class c ON c.relnamespace = m.relnamespace AND c.relname = m.relname || '_summary' AND c.relkind = 'r'
+    WHERE m.oid = model AND m.relkind = 'r'
+      AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'method' AND NOT a.attisdropped);
+    IF s IS NULL THEN
+        RAISE EXCEPTION '% is not a learnedidx model', model USING ERRCODE = '42809',
+            DETAIL = 'A model is an output table with a _summary table beside it, made by a training function.';
     END IF;
-    EXECUTE format('DROP TABLE IF EXISTS %s',
-                   array_to_string(ARRAY(SELECT quote_ident(x) FROM unnest(parse_ident(model)) x), '.'));
+    RETURN s;
 END $$;
 
-CREATE FUNCTION learnedidx.predict_table(model text, source text, out_table text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
+-- Drops a model: its output table and its summary table (PostgreSQL's ownership check applies;
+-- a table that is not a model is refused, never dropped).
+CREATE FUNCTION learnedidx.drop_model(model regclass) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    m learnedidx.models;
-    feats text;
+    s regclass := learnedidx._summary(model);
+BEGIN
+    EXECUTE format('DROP TABLE %s, %s', model::oid::regclass, s);
+END $$;
+
+CREATE FUNCTION learnedidx._predict_table(model regclass, source text, out_table text, caller_path text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    features text;
+    src record;
+    t record;
+    stmt text;
     n bigint;
 BEGIN
-    SELECT * INTO m FROM learnedidx.models WHERE name = model;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'no model named %', model USING ERRCODE = '42704';
-    END IF;
-    IF cardinality(m.indep) = 1 THEN
-        feats := format('%I::float8[]', m.indep[1]);
-    ELSE
-        feats := format('ARRAY[%s]::float8[]', (SELECT string_agg(format('%I', c), ', ') FROM unnest(m.indep) c));
-    END IF;
-    EXECUTE format('CREATE TABLE %s AS SELECT s.*, learnedidx.predict(%L, %s) AS prediction FROM %s s',
-                   array_to_string(ARRAY(SELECT quote_ident(x) FROM unnest(parse_ident(out_table)) x), '.'),
-                   model, feats, source::regclass);
+    SELECT * INTO src FROM learnedidx._source(source, caller_path);
+    SELECT * INTO t FROM learnedidx._target(out_table, caller_path);
+    EXECUTE format('SELECT feature_expression FROM %s', learnedidx._summary(model)) INTO features;
+    stmt := format('CREATE TABLE %I.%I AS SELECT s.*, learnedidx.predict(%s::pg_catalog.oid::pg_catalog.regclass, %s) '
+                   'AS prediction FROM %s AS s', t.schema, t.relname, model::oid, features, src.from_sql);
+    -- the caller's source and feature expression, evaluated with the caller's search_path
+    PERFORM pg_catalog.set_config('search_path', caller_path, true);
+    EXECUTE stmt;
     GET DIAGNOSTICS n = ROW_COUNT;
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     RETURN n;
 END $$;
+
+-- CREATE TABLE out_table AS SELECT source.*, predict(model, features) AS prediction.
+CREATE FUNCTION learnedidx.predict_table(model regclass, source text, out_table text) RETURNS bigint
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT learnedidx._predict_table(model, source, out_table, pg_catalog.current_setting('search_path'));
+END;
+
+-- The models the caller can read (both tables readable): one row each.
+CREATE FUNCTION learnedidx._models()
+RETURNS TABLE(model regclass, algorithm text, source text, dep text, indep text, read_path text,
+              num_rows_processed bigint, created timestamptz)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    m record;
+BEGIN
+    FOR m IN SELECT o.oid AS model, s.oid AS summary FROM pg_class o
+             JOIN pg_namespace n ON n.oid = o.relnamespace
+             JOIN pg_class s ON s.relnamespace = o.relnamespace AND s.relname = o.relname || '_summary'
+             WHERE o.relkind = 'r' AND s.relkind = 'r'
+               AND (n.nspname NOT LIKE 'pg_temp%' OR n.oid = pg_my_temp_schema())
+               AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = s.oid AND a.attname = 'method'
+                           AND NOT a.attisdropped)
+               AND has_table_privilege(o.oid, 'SELECT') AND has_table_privilege(s.oid, 'SELECT')
+             ORDER BY n.nspname, o.relname
+    LOOP
+        -- through jsonb: a summary table written by hand may lack columns
+        RETURN QUERY EXECUTE format('SELECT %s::oid::regclass, j->>''method'', j->>''source_table'', '
+                                    'j->>''dependent_varname'', j->>''independent_varname'', j->>''read_path'', '
+                                    '(j->>''num_rows_processed'')::int8, (j->>''created'')::timestamptz '
+                                    'FROM (SELECT pg_catalog.to_jsonb(s) AS j FROM %s AS s) AS s',
+                                    m.model, m.summary::regclass);
+    END LOOP;
+END $$;
+
+CREATE VIEW learnedidx.models AS SELECT * FROM learnedidx._models();
+GRANT SELECT ON learnedidx.models TO PUBLIC;

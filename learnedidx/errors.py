@@ -159,10 +159,6 @@ class TrainingDataError(InDBError, ValueError, kind="bad-data", sqlstate="22023"
     """The training data cannot be used (empty, NaN/Inf, wrong shape or labels)."""
 
 
-class CopyFormatError(TrainingDataError):
-    """A COPY BINARY stream did not decode."""
-
-
 class ParameterError(InDBError, ValueError, kind="bad-parameter", sqlstate="22023"):
     """A training parameter has a value the algorithm does not accept."""
 
@@ -183,10 +179,6 @@ class CancelledError(InDBError, kind="cancelled", sqlstate="57014"):
     """The caller gave up (its statement was cancelled): training stopped between rounds."""
 
 
-class SnapshotError(InDBError, kind="snapshot", sqlstate="25000"):
-    """The caller's snapshot or role could not be taken on."""
-
-
 class PermissionDeniedError(InDBError, kind="permission-denied", sqlstate="42501"):
     """The caller may not read what it asked to train on."""
 
@@ -203,9 +195,6 @@ class UnsupportedTypeError(InDBError, kind="unsupported-type", sqlstate="42804")
     """A column's type cannot be used as a label or feature."""
 
 
-class LoginError(InDBError, kind="login", sqlstate="28000"):
-    """The server could not log in to PostgreSQL as the caller."""
-
-
-class StriderFallback(InDBError, kind="strider-fallback", sqlstate="0A000"):
-    """The pages hold a visible tuple the Strider cannot decode; the COPY path reads it."""
+class PagesUndecodableError(InDBError, kind="pages-undecodable", sqlstate="0A000"):
+    """The pages hold a visible tuple the Strider cannot decode (TOAST, compression): the query
+    path reads that source."""

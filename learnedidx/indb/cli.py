@@ -12,8 +12,9 @@ app = typer.Typer(help="PostgreSQL extension: install and manage.", no_args_is_h
 def install(
     pgconfig: str = typer.Option("pg_config", help="pg_config of the target server"),
 ) -> None:
-    """Install the extension's control file and SQL scripts into the server's share directory
-    (as PGXS's make install would), from this installation of learnedidx."""
+    """Build the extension's C module and install it with the control file and SQL scripts
+    (PGXS's make install on a copy of this installation's package data; needs make, a C
+    compiler and the server's headers)."""
     from learnedidx.indb.install import install as install_extension
 
     try:

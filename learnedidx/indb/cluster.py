@@ -44,9 +44,18 @@ class TempCluster:
         (self.root / "sock").mkdir(mode=0o700)
         data = self.root / "data"
         self._run("initdb", "-D", str(data), "-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8")
-        opts = " ".join([f"-k {self.socket_dir}", "-p 5432"] + [f"-c {k}={v}" for k, v in self.settings.items()])
-        self._run("pg_ctl", "-D", str(data), "-l", str(self.root / "server.log"), "-w", "-o", opts, "start")
+        self._pg_ctl("start")
         return self
+
+    def _pg_ctl(self, action: str) -> None:
+        # -l: the postmaster must not inherit our pipes (we would wait for it to exit)
+        opts = " ".join([f"-k {self.socket_dir}", "-p 5432"] + [f"-c {k}={v}" for k, v in self.settings.items()])
+        self._run("pg_ctl", "-D", str(self.root / "data"), "-l", str(self.root / "server.log"), "-m", "fast", "-w",
+                  "-o", opts, action)
+
+    def restart(self) -> None:
+        """Restart the server (fast shutdown: sessions are terminated)."""
+        self._pg_ctl("restart")
 
     def __exit__(self, *exc) -> None:
         try:

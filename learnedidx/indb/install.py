@@ -2,15 +2,15 @@
 
 The files live in the repository's ``extension/`` directory, which the wheel ships as the
 package ``learnedidx._extension``; they are read through :mod:`importlib.resources`, so an
-installed wheel installs the same files as a source checkout.  :func:`install` does what
-PGXS's ``make install`` does for the extension's ``EXTENSION`` and ``DATA`` (see
-``extension/Makefile``), from a temporary copy of the package data on disk, where a PGXS
-build can run once the extension has C code.
+installed wheel installs the same files as a source checkout.  :func:`install` builds the
+extension's C module and installs it with the control file and scripts by running PGXS's
+``make install`` in a temporary copy of the package data, as for any contrib module; that
+needs ``make``, a C compiler and the server's headers (Debian: ``postgresql-server-dev-15``).
 """
 from __future__ import annotations
 
 import contextlib
-import os
+import fnmatch
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +23,8 @@ from learnedidx.errors import ConfigError
 
 PACKAGE = "learnedidx._extension"
 EXTENSION = "learnedidx"
+#: The extension's source files (pyproject.toml ships the same patterns as package data).
+SOURCES = ("*.control", "*.sql", "*.c", "Makefile")
 
 
 def package_files() -> Traversable:
@@ -44,11 +46,11 @@ def data_files(directory: Traversable | Path | None = None) -> list[str]:
 
 @contextlib.contextmanager
 def source_tree() -> Iterator[Path]:
-    """A temporary copy of the package data (control file, scripts, Makefile) on disk: the
+    """A temporary copy of the extension's sources (no build products of a checkout): the
     directory ``make install PG_CONFIG=...`` runs in (PGXS writes build products there)."""
     with tempfile.TemporaryDirectory(prefix="learnedidx-extension-") as tmp:
         for entry in package_files().iterdir():
-            if entry.is_file() and not entry.name.endswith((".py", ".pyc")):
+            if entry.is_file() and any(fnmatch.fnmatch(entry.name, p) for p in SOURCES):
                 (Path(tmp) / entry.name).write_bytes(entry.read_bytes())
         yield Path(tmp)
 
@@ -61,16 +63,28 @@ def pg_config(path: str, flag: str) -> str:
         raise ConfigError(f"cannot run {path} {flag}: {exc}") from None
 
 
+def make_install(pg_config_path: str, src: Path, *extra: str) -> None:
+    """``make install`` in ``src`` for the server of ``pg_config_path`` (no LLVM bitcode: the
+    module is small C that JIT inlining has nothing to gain from)."""
+    if shutil.which("make") is None:
+        raise ConfigError("building the extension needs make and a C compiler (Debian: make gcc)")
+    pgxs = pg_config(pg_config_path, "--pgxs")
+    if not Path(pgxs).exists():
+        raise ConfigError(f"PGXS ({pgxs}) is missing: install the server's headers (Debian: postgresql-server-dev-15)")
+    res = subprocess.run(["make", "-C", str(src), "install", f"PG_CONFIG={pg_config_path}", "with_llvm=no", *extra],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise ConfigError(f"building the extension failed:\n{(res.stdout + res.stderr)[-3000:]}")
+
+
 def install(pg_config_path: str = "pg_config") -> list[Path]:
-    """Install the extension into the server ``pg_config_path`` describes, as PGXS would
-    (mode 0644 in ``$(pg_config --sharedir)/extension``); returns the installed paths."""
+    """Build and install the extension into the server ``pg_config_path`` describes (its C
+    module into ``--pkglibdir``, control file and scripts into ``--sharedir``/extension, as
+    PGXS's ``make install`` does); returns the installed paths."""
     target = Path(pg_config(pg_config_path, "--sharedir")) / "extension"
     if not target.is_dir():
         raise ConfigError(f"{target} is not a directory: is {pg_config_path} the pg_config of a PostgreSQL server?")
-    installed = []
     with source_tree() as src:
-        for name in data_files(src):
-            shutil.copyfile(src / name, target / name)
-            os.chmod(target / name, 0o644)
-            installed.append(target / name)
-    return installed
+        make_install(pg_config_path, src)
+        names = data_files(src)
+    return [Path(pg_config(pg_config_path, "--pkglibdir")) / f"{EXTENSION}.so"] + [target / n for n in names]

@@ -30,14 +30,18 @@ def start(
     device_set: Optional[list[str]] = typer.Option(None, "--set", help="device parameter NAME=VALUE (repeatable), over --config"),
     tcp: Optional[str] = typer.Option(None, "--tcp", help="also listen on 127.0.0.1:PORT (needs --token-file)"),
     token_file: Optional[str] = typer.Option(None, "--token-file"),
-    pg_conninfo: Optional[str] = typer.Option(None, "--pg-conninfo", help="PostgreSQL for indb.* requests"),
+    max_threads: Optional[int] = typer.Option(None, "--max-threads", help="engine threads per indb call [default: the cores]"),
+    max_features: Optional[int] = typer.Option(None, "--max-features", help="features per model [default: 1024]"),
+    max_call_memory: Optional[int] = typer.Option(None, "--max-call-memory",
+                                                  help="bytes of training data per indb call [default: a quarter of RAM]"),
+    max_calls: Optional[int] = typer.Option(None, "--max-calls", help="indb calls computing at once [default: the cores, at least 2]"),
     pidfile: Optional[str] = typer.Option(None, "--pidfile", help="where the server writes its pid [default: <socket>.pid]"),
     daemon: bool = typer.Option(False, "--daemon", help="run in the background"),
 ) -> None:
     """Start the server (foreground unless --daemon)."""
     from learnedidx.accel.config import DeviceConfig
     from learnedidx.errors import ConfigError
-    from learnedidx.server.server import ServerConfig, serve
+    from learnedidx.server.server import Limits, ServerConfig, serve
 
     pidfile = pidfile or str(_pidfile(socket))
     try:  # fail here, not in the daemon
@@ -46,7 +50,9 @@ def start(
         cfg = ServerConfig(socket_path=socket, tcp=_tcp_address(tcp) if tcp else None,
                            token=Path(token_file).read_text().strip() if token_file else None,
                            backend=backend, device_config=config, device_settings=settings,
-                           pg_conninfo=pg_conninfo or os.environ.get("LEARNEDIDX_PG_CONNINFO"))
+                           limits=Limits(**{k: v for k, v in (("max_threads", max_threads), ("max_features", max_features),
+                                                              ("max_call_bytes", max_call_memory),
+                                                              ("max_calls", max_calls)) if v is not None}))
     except (ConfigError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
@@ -63,7 +69,7 @@ def start(
                             start_new_session=True)
     from learnedidx.server.process import wait_ready
 
-    info = wait_ready(socket, 60, proc)
+    info = wait_ready(socket, 120, proc, warm=True)  # started = ready to serve without compiling
     typer.echo(f"server pid {info['pid']} listening on {socket} (log {log})")
 
 

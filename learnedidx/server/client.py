@@ -35,7 +35,8 @@ class Client:
                     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                     s.settimeout(self.timeout)
                     s.connect(self.address)
-            except OSError as exc:
+                P.read_hello(s)
+            except (OSError, ConnectionError, ProtocolError) as exc:
                 raise ServerUnavailableError(f"cannot reach the accelerator server at {self.address}: {exc}") from None
             self._sock = s
         return self._sock

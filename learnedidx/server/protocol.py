@@ -1,8 +1,11 @@
 """Wire format of the accelerator server (see docs/protocol.md).
 
-Frames: ``b"LX" | version u8 | flags u8 | length u32 big-endian | JSON payload``.
-Arrays travel through POSIX shared memory (files under ``/dev/shm``, mode 0600), never on
-the socket: an array ref is ``{"shm", "dtype", "shape", "offset"}``.
+Frames: ``b"LX" | version u8 | flags u8 | length u32 big-endian | payload``; the payload is a
+JSON object (flags :data:`JSON`) or, inside the data stream of an ``indb.train`` call, binary
+(:data:`DATA` from the caller, :data:`CONTROL` from the server).  The server greets every
+connection with a hello frame before anything else.  Arrays of requests and replies travel
+through POSIX shared memory (files under ``/dev/shm``, mode 0600), never on the socket: an
+array ref is ``{"shm", "dtype", "shape", "offset"}``.
 """
 from __future__ import annotations
 
@@ -19,8 +22,10 @@ import numpy as np
 from learnedidx.errors import ProtocolError, TooLargeError
 
 MAGIC = b"LX"
-VERSION = 1
+VERSION = 2
 HEADER = struct.Struct(">2sBBI")
+JSON, DATA, CONTROL = 0, 1, 2  #: frame flags: a JSON object, a data frame, a control frame
+HELLO = {"hello": "learnedidx", "protocol": VERSION}  #: the server's first frame on every connection
 DEFAULT_MAX_MESSAGE = 64 << 20
 DEFAULT_MAX_ARRAY_BYTES = 1 << 30  #: total bytes of one request's arrays the server accepts
 SHM_DIR = Path("/dev/shm")
@@ -29,7 +34,11 @@ SHM_PREFIX = "learnedidx-"
 
 def encode(obj: dict) -> bytes:
     payload = json.dumps(obj, separators=(",", ":")).encode()
-    return HEADER.pack(MAGIC, VERSION, 0, len(payload)) + payload
+    return HEADER.pack(MAGIC, VERSION, JSON, len(payload)) + payload
+
+
+def encode_binary(flags: int, payload: bytes) -> bytes:
+    return HEADER.pack(MAGIC, VERSION, flags, len(payload)) + payload
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -43,23 +52,44 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def read_frame(sock: socket.socket, max_message: int = DEFAULT_MAX_MESSAGE) -> dict:
-    """One message from ``sock``; ProtocolError for a bad header, size or JSON."""
-    head = _recv_exact(sock, HEADER.size)
-    magic, version, _flags, length = HEADER.unpack(head)
+def read_header(sock: socket.socket, max_message: int = DEFAULT_MAX_MESSAGE) -> tuple[int, int]:
+    """(flags, payload length) of the next frame; ProtocolError for a bad header or size."""
+    magic, version, flags, length = HEADER.unpack(_recv_exact(sock, HEADER.size))
     if magic != MAGIC:
         raise ProtocolError(f"bad magic {magic!r}")
     if version != VERSION:
         raise ProtocolError(f"unsupported protocol version {version}")
     if length > max_message:
         raise ProtocolError(f"message of {length} bytes exceeds the limit of {max_message}")
+    return flags, length
+
+
+def parse_json(payload: bytes) -> dict:
+    """A JSON frame's object; ProtocolError when it is not one."""
     try:
-        obj = json.loads(_recv_exact(sock, length))
+        obj = json.loads(payload)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"payload is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("payload must be a JSON object")
     return obj
+
+
+def read_frame(sock: socket.socket, max_message: int = DEFAULT_MAX_MESSAGE) -> dict:
+    """One JSON message from ``sock``; ProtocolError for a bad header, size, kind or JSON."""
+    flags, length = read_header(sock, max_message)
+    payload = _recv_exact(sock, length)
+    if flags != JSON:
+        raise ProtocolError(f"expected a JSON frame, not one with flags {flags}")
+    return parse_json(payload)
+
+
+def read_hello(sock: socket.socket) -> dict:
+    """The server's greeting, which precedes everything else on a connection."""
+    hello = read_frame(sock)
+    if hello.get("hello") != HELLO["hello"]:
+        raise ProtocolError("the peer did not greet as a learnedidx server")
+    return hello
 
 
 def write_frame(sock: socket.socket, obj: dict) -> None:

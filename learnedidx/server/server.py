@@ -1,12 +1,15 @@
 """The accelerator server: a long-running process on a Unix socket (and optionally loopback TCP).
 
-A thread serves each connection; handlers (``learnedidx.server.registry``) release the GIL in
-their Numba kernels, and device jobs queue on the emulated device's units.  Nothing a client
-sends can stop the server: malformed frames get a ``protocol`` error reply, failing handlers
-an ``internal`` one.
+A thread serves each connection, which the server greets with a hello frame; handlers
+(``learnedidx.server.registry``) release the GIL in their Numba kernels, and device jobs queue
+on the emulated device's units.  Nothing a client sends can stop the server: malformed frames
+get a ``protocol`` error reply, failing handlers an ``internal`` one, and what a call may use
+is bounded by :class:`Limits`.  Stopping closes every call's connection and exits the
+process without waiting for computations (``os._exit``), so a stop always ends it.
 """
 from __future__ import annotations
 
+import contextlib
 import hmac
 import importlib
 import ipaddress
@@ -19,13 +22,33 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from learnedidx.errors import (AuthError, BadRequestError, ConfigError, LearnedIdxError, ProtocolError,
-                               TooLargeError, UnknownOperationError, kind_of)
+from learnedidx.errors import (SQLSTATES, AuthError, BadRequestError, CancelledError, ConfigError, LearnedIdxError,
+                               ProtocolError, TooLargeError, UnknownOperationError, kind_of)
 from learnedidx.server import protocol as P
 from learnedidx.server import registry
 from learnedidx.server.device import Device
+from learnedidx.server.stream import CallStream
 
 log = logging.getLogger("learnedidx.server")
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass
+class Limits:
+    """What one in-database call may use; set by the server's administrator, never by a caller."""
+
+    max_threads: int = field(default_factory=_cores)  #: engine threads per call
+    max_features: int = 1024  #: features per model (and LMF rank)
+    max_call_bytes: int = field(default_factory=lambda: os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4)
+    max_calls: int = field(default_factory=lambda: max(2, _cores()))  #: calls computing at once; others wait
+
+    def __post_init__(self) -> None:
+        for name in ("max_threads", "max_features", "max_call_bytes", "max_calls"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
 
 
 @dataclass
@@ -40,7 +63,7 @@ class ServerConfig:
     max_array_bytes: int = P.DEFAULT_MAX_ARRAY_BYTES  #: per request, summed over its arrays
     r_cache_groups: int = 4096  #: memoized R factors kept for train.incremental (LRU, latest version per group)
     socket_mode: int = 0o600
-    pg_conninfo: str | None = None  #: how indb.* handlers reach PostgreSQL
+    limits: Limits = field(default_factory=Limits)  #: per-call limits of indb.* requests
 
 
 class Server:
@@ -57,6 +80,9 @@ class Server:
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._listeners: list[socket.socket] = []
+        self._streams: set[CallStream] = set()  # calls in progress, closed when the server stops
+        self._calls = threading.BoundedSemaphore(config.limits.max_calls)
+        self.warm = threading.Event()  #: the start hooks have run: no call pays for compiling
         self.failed_modules: dict[str, str] = {}
         for mod in registry.HANDLER_MODULES:
             try:
@@ -93,6 +119,7 @@ class Server:
 
     def serve_forever(self) -> None:
         threads = [threading.Thread(target=self._accept_loop, args=(s,), daemon=True) for s in self._listeners]
+        threads.append(threading.Thread(target=self._start_hooks, daemon=True))
         for t in threads:
             t.start()
         try:
@@ -101,10 +128,25 @@ class Server:
         finally:
             self.close()
 
+    def _start_hooks(self) -> None:
+        """Run the start hooks (compiling kernels), then report the server warm in ``health``."""
+        for hook in registry.start_hooks():
+            try:
+                hook(self)
+            except Exception:  # a call then compiles what the hook did not: slower, still right
+                log.exception("start hook %s failed", getattr(hook, "__name__", hook))
+        self.warm.set()
+
     def stop(self) -> None:
         self._stop.set()
 
     def close(self) -> None:
+        with self._stats_lock:
+            streams = list(self._streams)
+        for st in streams:  # their callers see the connection close; their computations stop
+            st.closed.set()
+            with contextlib.suppress(OSError):
+                st.sock.shutdown(socket.SHUT_RDWR)
         for s in self._listeners:
             try:
                 s.close()
@@ -134,8 +176,23 @@ class Server:
             tcp = listener.family != socket.AF_UNIX
             threading.Thread(target=self._serve_conn, args=(conn, tcp), daemon=True).start()
 
+    @contextlib.contextmanager
+    def call_slot(self, stream: CallStream):
+        """One of the ``max_calls`` slots for computing, waited for while the caller is there."""
+        if not self._calls.acquire(blocking=False):
+            with stream.watch() as closed:
+                while not self._calls.acquire(timeout=0.1):
+                    if closed.is_set() or self._stop.is_set():
+                        raise CancelledError("the caller left while waiting for the server")
+        try:
+            yield
+        finally:
+            self._calls.release()
+
     def _serve_conn(self, conn: socket.socket, tcp: bool) -> None:
         with conn:
+            if not self._reply(conn, P.HELLO):
+                return
             while not self._stop.is_set():
                 try:
                     req = P.read_frame(conn, self.config.max_message_bytes)
@@ -143,20 +200,31 @@ class Server:
                     return
                 except ProtocolError as exc:
                     self._count(None, error=True)
-                    self._reply(conn, {"id": None, "ok": False, "error": {"kind": exc.kind, "message": str(exc)}})
+                    self._reply(conn, _error_reply(None, exc.kind, str(exc)))
                     return  # framing is lost: close the connection
                 except OSError:
                     return
+                stream = CallStream(conn, self.config.max_message_bytes)
+                with self._stats_lock:
+                    self._streams.add(stream)
                 try:
-                    reply, paths = self._dispatch(req, tcp)
+                    reply, paths = self._dispatch(req, tcp, stream)
                 except Exception as exc:  # e.g. /dev/shm full while exporting the reply
                     log.exception("request failed outside its handler")
                     self._count(None, error=True)
-                    reply, paths = {"id": req.get("id"), "ok": False,
-                                    "error": {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}}, []
+                    reply, paths = _error_reply(req.get("id"), "internal", f"{type(exc).__name__}: {exc}"), []
+                finally:
+                    with self._stats_lock:
+                        self._streams.discard(stream)
+                if stream.closed.is_set():  # the caller is gone: nobody to answer
+                    P.unlink(paths)
+                    return
                 ok = self._reply(conn, reply)
                 if not ok:
                     P.unlink(paths)
+                    return
+                if stream.in_pass:  # an error in mid-pass: let the caller read it, then part
+                    stream.drain()
                     return
 
     def _reply(self, conn: socket.socket, reply: dict) -> bool:
@@ -174,7 +242,7 @@ class Server:
             if op:
                 self.stats["ops"][op] = self.stats["ops"].get(op, 0) + 1
 
-    def _dispatch(self, req: dict, tcp: bool) -> tuple[dict, list]:
+    def _dispatch(self, req: dict, tcp: bool, stream: CallStream | None = None) -> tuple[dict, list]:
         rid = req.get("id")
         op = req.get("op")
         try:
@@ -197,7 +265,7 @@ class Server:
                 raise
             except ProtocolError as exc:  # the frame was fine, its array refs are not
                 raise BadRequestError(str(exc)) from None
-            ctx = registry.HandlerContext(server=self, peer="tcp" if tcp else "unix")
+            ctx = registry.HandlerContext(server=self, peer="tcp" if tcp else "unix", stream=stream)
             try:
                 result, out_arrays = fn(args, arrays, ctx)
             except (ValueError, KeyError, TypeError) as exc:
@@ -212,10 +280,16 @@ class Server:
                 log.exception("handler %s failed", op)
             self._count(op if isinstance(op, str) else None, error=True)
             msg = str(exc) if isinstance(exc, LearnedIdxError) else f"{type(exc).__name__}: {exc}"
-            return {"id": rid, "ok": False, "error": {"kind": kind, "message": msg}}, []
+            return _error_reply(rid, kind, msg), []
         refs, paths = P.export_arrays(out_arrays or {})
         self._count(op)
         return {"id": rid, "ok": True, "result": result, "arrays": refs}, paths
+
+
+def _error_reply(rid, kind: str, message: str) -> dict:
+    """An error reply: its kind and the SQLSTATE the extension raises for it (learnedidx.errors)."""
+    return {"id": rid, "ok": False,
+            "error": {"kind": kind, "sqlstate": SQLSTATES.get(kind, SQLSTATES["internal"]), "message": message}}
 
 
 def _socket_alive(path: str) -> bool:
@@ -245,3 +319,8 @@ def serve(config: ServerConfig, pidfile: str | None = None) -> None:
     finally:
         if pidfile:
             Path(pidfile).unlink(missing_ok=True)
+        log.info("stopped")
+        logging.shutdown()
+        # Calls may still compute (Numba, OpenBLAS threads): exit without waiting for them, nor
+        # for interpreter finalization, which could wait on their locks forever.
+        os._exit(0)

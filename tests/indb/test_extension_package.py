@@ -20,7 +20,7 @@ from learnedidx.indb import install
 from learnedidx.indb.cluster import TempCluster
 from tests.indb.test_sql_regression import PG_CONFIG, REPO, pgxs_or_skip
 
-EXTENSION_FILES = ("learnedidx.control", "learnedidx--0.1.sql", "Makefile")
+EXTENSION_FILES = ("learnedidx.control", "learnedidx--0.1.sql", "learnedidx.c", "Makefile")
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +63,11 @@ def _pg_config(flag: str) -> Path:
 
 
 def _copy_postgres(dst: Path) -> Path:
-    """A relocated copy of the PostgreSQL installation (binaries, modules, share directory;
-    PostgreSQL finds the latter two relative to its binaries) without learnedidx's files.
-    Returns the copy's pg_config."""
-    dirs = [_pg_config(f) for f in ("--bindir", "--pkglibdir", "--sharedir")]
+    """A relocated copy of the PostgreSQL installation (binaries, modules, share directory and
+    the server's headers, which PostgreSQL and PGXS find relative to the binaries) without
+    learnedidx's files.  Returns the copy's pg_config."""
+    dirs = [_pg_config(f) for f in ("--bindir", "--pkglibdir", "--sharedir", "--includedir-server")]
+    dirs.append(_pg_config("--pkgincludedir") / "internal")  # PGXS adds it to the include path
     root = Path(os.path.commonpath(dirs))
     for d in dirs:
         shutil.copytree(d, dst / d.relative_to(root), symlinks=True,
@@ -103,35 +104,35 @@ def test_pg_install_from_an_installed_wheel(wheel, tmp_path):
     for f in ("learnedidx.control", "learnedidx--0.1.sql"):
         assert f"installed {sharedir / f}" in res.stdout
         assert (sharedir / f).read_bytes() == (REPO / "extension" / f).read_bytes()
+    assert (Path(install.pg_config(str(pg_config), "--pkglibdir")) / "learnedidx.so").is_file()
 
     with TempCluster(str(pg_config.parent), settings={"shared_buffers": "32MB", "max_wal_size": "64MB"}) as c:
         with psycopg.connect(c.conninfo, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION learnedidx CASCADE")
             version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'learnedidx'").fetchone()
             assert version == ("0.1",)
-            assert conn.execute("SELECT learnedidx._split_indep('ARRAY[1, a, b]')").fetchone() == (["a", "b"],)
+            # the C module loads: its GUC exists once a function of it has run
+            conn.execute("SELECT learnedidx.predict(NULL, NULL)")
+            assert conn.execute("SELECT current_setting('learnedidx.socket', true) IS NOT NULL").fetchone() == (True,)
 
 
 def test_pg_install_installs_what_make_install_installs(tmp_path):
     """PGXS ``make install`` from a copy of the package data, and ``learnedidx pg install``,
-    put the same files with the same mode into the extension directory."""
+    put the same files with the same modes into the module and extension directories."""
     pgxs_or_skip()
     with install.source_tree() as src:
-        subprocess.run(["make", "-C", str(src), "install", f"PG_CONFIG={PG_CONFIG}", f"DESTDIR={tmp_path / 'pgxs'}"],
-                       check=True, capture_output=True, text=True, timeout=120)
-    pgxs_dir = tmp_path / "pgxs" / _pg_config("--sharedir").relative_to("/") / "extension"
-    ours = tmp_path / "ours" / "extension"
-    ours.mkdir(parents=True)
-    fake = tmp_path / "pg_config"  # answers --sharedir with the scratch directory
-    fake.write_text(f"#!/bin/sh\necho {ours.parent}\n")
-    fake.chmod(0o755)
-    installed = install.install(str(fake))
-    assert sorted(p.name for p in installed) == sorted(p.name for p in pgxs_dir.iterdir()) == \
-        ["learnedidx--0.1.sql", "learnedidx.control"]
+        subprocess.run(["make", "-C", str(src), "install", f"PG_CONFIG={PG_CONFIG}", "with_llvm=no",
+                        f"DESTDIR={tmp_path / 'pgxs'}"], check=True, capture_output=True, text=True, timeout=300)
+    pg_config = _copy_postgres(tmp_path / "pg")
+    installed = install.install(str(pg_config))
+    theirs = {p.name: p for p in (tmp_path / "pgxs").rglob("*") if p.is_file()}
+    assert sorted(p.name for p in installed) == sorted(theirs) == \
+        ["learnedidx--0.1.sql", "learnedidx.control", "learnedidx.so"]
     for p in installed:
-        theirs = pgxs_dir / p.name
-        assert p.read_bytes() == theirs.read_bytes()
-        assert stat.S_IMODE(p.stat().st_mode) == stat.S_IMODE(theirs.stat().st_mode) == 0o644
+        assert p.is_relative_to(tmp_path / "pg")
+        assert stat.S_IMODE(p.stat().st_mode) == stat.S_IMODE(theirs[p.name].stat().st_mode)
+        if p.suffix != ".so":  # the module's debug info names the directory it was built in
+            assert p.read_bytes() == theirs[p.name].read_bytes()
 
 
 def test_pg_install_refuses_a_pg_config_that_does_not_run(tmp_path):

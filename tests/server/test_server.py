@@ -20,9 +20,11 @@ from learnedidx.server.process import spawn
 
 
 def _raw(path):
+    """A connection past the server's hello frame."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
     s.connect(path)
+    assert P.read_frame(s) == P.HELLO
     return s
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import copy
 import threading
+import types
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,6 +100,9 @@ def _validate(tree: ast.Module) -> tuple[dict, dict[str, ast.FunctionDef]]:
     for stmt in tree.body:
         if isinstance(stmt, ast.FunctionDef):
             _check_function(stmt)
+            for node in ast.walk(stmt):  # strings belong to settings; in code they only build big values
+                if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
+                    raise DSLError(f"line {node.lineno}: only numbers are allowed in functions")
             funcs[stmt.name] = stmt
         elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
                 and isinstance(stmt.value, ast.Constant):
@@ -180,6 +184,40 @@ def _split(fn: ast.FunctionDef) -> ast.FunctionDef | None:
     return None
 
 
+class _FixedWidth(ast.NodeTransformer):
+    """Integer literals become int64: ``update`` runs as Python, where ``3 ** 40000000`` on
+    Python's unbounded integers would hold the GIL for minutes; on int64 it takes nanoseconds."""
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        if type(node.value) is int:
+            return ast.copy_location(ast.Call(ast.Name("_int64", ast.Load()), [node], []), node)
+        return node
+
+
+def _bounded_update(fn, namespace: dict):
+    """``update`` as the engine calls it: integers of fixed width (its arguments, ``len``, its
+    literals) and matrices no larger than its largest argument, so its work stays bounded by
+    the model's size whatever the source says."""
+    def update(*args):
+        size = max([len(a) for a in args if np.ndim(a) >= 1] or [1])
+
+        def eye(n):
+            if not 0 <= n <= size:
+                raise DSLError(f"update: eye({n}) is larger than the model ({size})")
+            return np.eye(int(n))
+
+        def outer(a, b):
+            if np.size(a) * np.size(b) > size * size:
+                raise DSLError(f"update: outer of {np.size(a)} x {np.size(b)} values is larger than the model's square")
+            return np.outer(a, b)
+
+        bounded = {**namespace, "_int64": np.int64, "len": lambda a: np.int64(len(a)), "eye": eye, "outer": outer}
+        call = types.FunctionType(fn.__code__, bounded, fn.__name__)
+        return call(*[np.int64(a) if type(a) is int else a for a in args])
+
+    return update
+
+
 def compile_algorithm(name: str, source: str) -> Algorithm:
     """Validate ``source`` and compile its functions (the kernels are generated on first use)."""
     if not isinstance(source, str) or not source.strip():
@@ -191,11 +229,15 @@ def compile_algorithm(name: str, source: str) -> Algorithm:
     settings, funcs = _validate(tree)
     form, accs, update_args = _form(funcs)
     split = {f.name: s for f in funcs.values() if f.name != "update" and (s := _split(f)) is not None}
+    if "update" in funcs:
+        funcs["update"] = ast.fix_missing_locations(_FixedWidth().visit(copy.deepcopy(funcs["update"])))
     module = ast.Module(body=list(funcs.values()) + list(split.values()), type_ignores=[])
     ns: dict = {"np": np, "__builtins__": {}, **FUNCTIONS, **UPDATE_FUNCTIONS}
     exec(compile(module, f"<dsl:{name}>", "exec"), ns)  # validated: only arithmetic and whitelisted calls
     for fn in list(funcs) + [s.name for s in split.values()]:
         if fn != "update":  # update runs as Python, once per epoch
             ns[fn] = njit(nogil=True)(ns[fn])
+    if "update" in funcs:
+        ns["update"] = _bounded_update(ns["update"], ns)
     compiled = {k: v for k, v in ns.items() if k in funcs or k.endswith("__split")}
     return Algorithm(name, source, settings, form, _cost(funcs), compiled, set(split), accs, update_args)

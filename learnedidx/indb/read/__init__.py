@@ -1,6 +1,7 @@
-"""Reading a caller's training data from PostgreSQL, in the caller's snapshot and role.
+"""Reading the caller's training data as its backend streams it to the server.
 
-:mod:`.access` opens the snapshot session and checks what the caller may read;
-:mod:`.training_data` picks the read path: the Strider (:mod:`.strider`, heap pages decoded
-in Numba) or binary COPY (:mod:`.copybinary`).
+The backend reads the data in the caller's statement, as the caller (``extension/learnedidx.c``);
+here the server decodes what arrives: :mod:`.strider` decodes heap pages in Numba,
+:mod:`.training_data` holds the rows as the engine takes them, and :mod:`.passes` turns the
+frames of one pass over the data into :class:`~.training_data.TrainingData`.
 """

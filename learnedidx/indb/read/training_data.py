@@ -1,97 +1,75 @@
-"""Training data read under the caller's snapshot and role: by the Strider where it can read
-the table, else by binary COPY of a query.
-
-On the COPY path every column is cast to ``float8`` (scalars) or ``float8[]`` (one array column of
-features) in the query, so one Numba decoder serves all numeric types; PostgreSQL applies
-privileges and row-level security to the query because the session runs as the caller.
-"""
+"""Training data as the server receives it: labels and a design matrix whose first column is
+reserved for the intercept, grown as rows arrive, within the call's memory limit."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
-import psycopg
-from psycopg import sql
 
-from learnedidx.errors import InDBError, StriderFallback
-from learnedidx.indb.read import copybinary, strider
-from learnedidx.indb.read.access import ARRAY_TYPES, RelationInfo
-
-#: Read paths a caller may ask for with the ``reader`` training parameter.
-READ_PATHS = ("auto", "strider", "copy")
+from learnedidx.errors import TooLargeError, TrainingDataError
 
 
 @dataclass
 class TrainingData:
-    X: np.ndarray  # float64 (rows, d): usable rows only
-    y: np.ndarray | None  # float64 (rows,)
-    rows_total: int
-    rows_skipped: int  # rows with a NULL (or NaN-free but NULL array element)
-    path: str
-    seconds: float
+    y: np.ndarray  # float64 (rows,): the label of every usable row
+    design: np.ndarray  # float64 (rows, 1 + d): column 0 all ones, the features after it
+    rows_total: int  # rows the caller's SELECT returns
+    rows_skipped: int  # rows with a NULL (or a NULL array element), as MADlib skips them
+    path: str  # "pages" or "query"
+    features_form: str  # "array" (one array column) or "scalars"
+    seconds: float  # from asking for the pass to its end
+    decode_seconds: float  # of which the decoding thread worked
+    why: str | None = None  # why the page path did not read it, when it did not
+
+    @property
+    def X(self) -> np.ndarray:
+        """The features as read (a view of :attr:`design` without the intercept column)."""
+        return self.design[:, 1:]
 
 
-def read_training_data(conn: psycopg.Connection, rel: RelationInfo, dep: str | None, indep: list[str], *,
-                       path: str = "auto", page_conninfo: str | None = None, connections: int = 2) -> TrainingData:
-    """Labels ``dep`` and features ``indep`` (one array column, or several scalar columns).
+class RowBuffer:
+    """Rows appended in order: ``y`` and ``design`` (features from column 1 on), grown
+    geometrically; their bytes may not exceed ``max_bytes`` (TooLargeError) nor the features
+    ``max_features``."""
 
-    ``path`` chooses the reader: ``"strider"`` (heap pages, see :mod:`.strider`),
-    ``"copy"`` (binary COPY of a query) or ``"auto"`` (the Strider where it can decode the
-    table, else COPY).  ``page_conninfo`` reaches the database as the server's own role for
-    page reads over ``connections`` connections.
-    """
-    if path not in READ_PATHS:
-        raise InDBError(f"reader must be one of {', '.join(READ_PATHS)}, not {path!r}")
-    if path != "copy":
-        why = strider.ineligible_reason(conn, rel, ([dep] if dep else []) + indep) if page_conninfo else \
-            "no connection for page reads"
-        if why is None:
-            try:
-                return _read_strider(conn, page_conninfo, rel, dep, indep, connections)
-            except StriderFallback as exc:
-                why = str(exc)
-        if path == "strider":
-            raise InDBError(f"the Strider cannot read {rel.name}: {why}")
-    return _read_copy(conn, rel, dep, indep)
+    def __init__(self, max_bytes: int, max_features: int) -> None:
+        self.max_bytes, self.max_features = max_bytes, max_features
+        self.n = 0
+        self.width = -1  # features per row, once known
+        self.y = np.empty(0)
+        self.design = np.empty((0, 0))
 
+    def _allocate(self, rows: int) -> None:
+        need = rows * (self.width + 2) * 8
+        if need > self.max_bytes:
+            raise TooLargeError(f"the training data need more than the server's memory limit per call "
+                                f"({self.max_bytes:,} bytes; its administrator sets --max-call-memory)")
+        y, design = np.empty(rows), np.empty((rows, self.width + 1))
+        if self.n:
+            y[:self.n], design[:self.n] = self.y[:self.n], self.design[:self.n]
+        self.y, self.design = y, design
 
-def _is_array(rel: RelationInfo, indep: list[str]) -> bool:
-    return len(indep) == 1 and rel.types[indep[0]] in ARRAY_TYPES
+    def expect(self, rows: int) -> None:
+        """Room for about ``rows`` rows in all (an estimate; appending grows beyond it)."""
+        if self.width >= 0 and rows > len(self.y):
+            self._allocate(rows)
 
+    def reserve(self, rows: int, width: int) -> int:
+        """Room for ``rows`` more rows of ``width`` features; returns where they start."""
+        if self.width < 0:
+            if width > self.max_features:
+                raise TooLargeError(f"{width} features exceed the server's limit of {self.max_features} per model "
+                                    "(its administrator sets --max-features)")
+            self.width = width
+        elif width != self.width:
+            raise TrainingDataError(f"rows of {width} features follow rows of {self.width}")
+        if self.n + rows > len(self.y):
+            self._allocate(max(self.n + rows, len(self.y) * 3 // 2, 1024))
+        start, self.n = self.n, self.n + rows
+        return start
 
-def _read_strider(conn, conninfo, rel, dep, indep, connections) -> TrainingData:
-    t0 = time.perf_counter()
-    array = indep[0] if _is_array(rel, indep) else None
-    scalars = ([dep] if dep else []) + ([] if array else indep)
-    unique = list(dict.fromkeys(scalars))
-    res = strider.read(conn, conninfo, rel, unique, array, connections=connections)
-    scal = res.scal[:, [unique.index(c) for c in scalars]]
-    valid = res.valid
-    keep = slice(None) if valid.all() else valid  # no copy of the feature matrix when every row is usable
-    y = scal[keep, 0] if dep is not None else None
-    X = res.arr[keep] if array else scal[keep, (1 if dep is not None else 0):]
-    return TrainingData(np.ascontiguousarray(X), y, len(valid), int((~valid).sum()), "strider",
-                        time.perf_counter() - t0)
-
-
-def _read_copy(conn: psycopg.Connection, rel: RelationInfo, dep: str | None, indep: list[str]) -> TrainingData:
-    t0 = time.perf_counter()
-    fields: list[sql.Composable] = []
-    if dep is not None:
-        fields.append(sql.SQL("{}::float8").format(sql.Identifier(dep)))
-    array_field = -1
-    if _is_array(rel, indep):
-        array_field = len(fields)
-        fields.append(sql.SQL("{}::float8[]").format(sql.Identifier(indep[0])))
-    else:
-        fields.extend(sql.SQL("{}::float8").format(sql.Identifier(c)) for c in indep)
-    query = sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT (FORMAT BINARY)").format(sql.SQL(", ").join(fields), rel.ident)
-    with conn.cursor() as cur:
-        with cur.copy(query) as copy:
-            data = b"".join(bytes(chunk) for chunk in copy)
-    scal, arr, valid = copybinary.decode(data, len(fields), array_field)
-    y = scal[valid, 0] if dep is not None else None
-    X = arr[valid] if array_field >= 0 else scal[valid, (1 if dep is not None else 0):]
-    return TrainingData(np.ascontiguousarray(X), y, len(valid), int((~valid).sum()), "copy",
-                        time.perf_counter() - t0)
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        """(y, design) of the rows appended, the design's intercept column set to ones."""
+        design = self.design[:self.n] if self.width >= 0 else np.empty((0, 1))
+        design[:, 0] = 1.0
+        return self.y[:self.n], design

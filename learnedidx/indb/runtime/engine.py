@@ -3,7 +3,9 @@
 Each engine thread runs a compiled algorithm's kernel (:mod:`learnedidx.indb.dsl.kernels`)
 on its own contiguous partition with its own copy of the model (or its own accumulators);
 after every epoch the copies are merged (averaged / summed) in partition order, so results
-depend only on the seed and the thread count.
+depend only on the seed and the thread count.  Kernels run on pieces of their partition of
+about :data:`WORK_PER_CHECK` operations, asking ``stop()`` between pieces, so that a stopped
+call stops computing within milliseconds; the pieces give the same results as one call.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from learnedidx.indb.dsl.kernels import SCHEDULES, accumulate_kernel, factor_ker
 from learnedidx.indb.runtime.data import check, design, factor_tuples, labels, partitions
 
 StopCheck = Callable[[], bool] | None
+#: Multiply-adds a kernel call does between two looks at ``stop()`` (milliseconds of work).
+WORK_PER_CHECK = 1 << 23
 
 
 @dataclass
@@ -42,6 +46,16 @@ def rounds(first: int, last: int, stop: StopCheck):
         yield i
 
 
+def _pieces(lo: int, hi: int, cost: int, stop: StopCheck, align: int = 1):
+    """``(start, end)`` pieces of ``range(lo, hi)`` of about WORK_PER_CHECK / ``cost`` tuples
+    (a multiple of ``align``), asking ``stop()`` before each."""
+    step = max(align, WORK_PER_CHECK // max(1, cost) // align * align)
+    for a in range(lo, hi, step):
+        if stop is not None and stop():
+            raise CancelledError("training stopped: the calling statement is gone")
+        yield a, min(hi, a + step)
+
+
 def run(alg: Algorithm, data: dict, params: dict, *, threads: int = 2, seed: int = 0,
         stop: StopCheck = None) -> TrainOutput:
     """Train ``alg`` on arrays ({"X", "y"}, or {"row", "col", "value"} for factors)."""
@@ -53,9 +67,12 @@ def run(alg: Algorithm, data: dict, params: dict, *, threads: int = 2, seed: int
                        {"settings": s})
 
 
-def _loss(ex: ThreadPoolExecutor, kernel, parts: list[slice], data: tuple, model: tuple) -> float:
-    """The loss summed over the tuples ``data``, each partition on its own thread."""
-    return float(sum(ex.map(lambda p: kernel(*(a[p] for a in data), *model), parts)))
+def _loss(ex: ThreadPoolExecutor, kernel, parts: list[slice], data: tuple, model: tuple, stop: StopCheck,
+          cost: int) -> float:
+    """The loss summed over the tuples ``data`` (``cost`` operations each), each partition on
+    its own thread."""
+    return float(sum(ex.map(lambda p: sum(kernel(*(a[i:j] for a in data), *model)
+                                          for i, j in _pieces(p.start, p.stop, cost, stop)), parts)))
 
 
 def _train_linear(alg, data, params, s, threads, seed, stop):
@@ -77,30 +94,38 @@ def _train_linear(alg, data, params, s, threads, seed, stop):
             sched, batch = SCHEDULES[s["schedule"]], int(s["batch_size"])
         for ep in rounds(1, int(s["epochs"]), stop):
             if alg.form == "accumulate":
-                w, epoch_loss = _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes)
+                w, epoch_loss = _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes, stop)
             else:
                 lr = s["learning_rate"] * (0.5 ** ((ep - 1) // 10) if s["schedule"] == "step" else 1.0)
                 orders = [rng.permutation(np.arange(p.start, p.stop)) for p in parts]
                 tbase = (ep - 1) * max(1, len(orders[0]) // max(1, batch))
-                models = list(ex.map(lambda o: kernel(X, y, w.copy(), lr, sched, tbase, o, batch, float(s["l2"])),
-                                     orders))
+
+                def epoch(o, m, t):  # pieces of whole mini-batches: the same steps as one call
+                    for i, j in _pieces(0, len(o), X.shape[1], stop, batch):
+                        m = kernel(X, y, m, lr, sched, t + i // batch, o[i:j], batch, float(s["l2"]))
+                    return m
+
+                models = list(ex.map(lambda o: epoch(o, w.copy(), tbase), orders))
                 w = np.mean(models, axis=0) if s["merge"] == "average" else w + np.sum(models, axis=0) - len(models) * w
-                epoch_loss = _loss(ex, loss_k, parts, (X, y), (w,)) / n if loss_k else float("nan")
+                epoch_loss = _loss(ex, loss_k, parts, (X, y), (w,), stop, X.shape[1]) / n if loss_k else float("nan")
             loss = epoch_loss
             if abs(prev - epoch_loss) < s["tolerance"]:
                 break
             prev = epoch_loss
         if loss_k is not None and alg.form == "accumulate":  # the pass saw the model before the update
-            loss = _loss(ex, loss_k, parts, (X, y), (w,)) / n
+            loss = _loss(ex, loss_k, parts, (X, y), (w,), stop, X.shape[1]) / n
     return {"coef": w, **extra}, loss, ep, n, X.shape[1]
 
 
-def _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes):
+def _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes, stop):
     """One pass summing the accumulators (and the loss at ``w``), then ``update``: (w, loss)."""
+    cost = sum(int(np.prod(shape)) for shape in shapes) + X.shape[1]
+
     def one(p):
         acc = [np.zeros(shape) for shape in shapes]
         lsum = np.zeros(1)
-        kernel(X, y, w, p.start, p.stop, *acc, lsum)
+        for i, j in _pieces(p.start, p.stop, cost, stop):
+            kernel(X, y, w, i, j, *acc, lsum)
         return acc, lsum[0]
 
     res = list(ex.map(one, parts))
@@ -130,12 +155,16 @@ def _train_factor(alg, data, params, s, threads, seed, stop):
             orders = [rng.permutation(np.arange(p.start, p.stop)) for p in parts]
             copies = [(U.copy(), V.copy()) for _ in orders]
             tbase = (ep - 1) * len(orders[0])
-            list(ex.map(lambda a: kernel(rows, cols, vals, a[1][0], a[1][1], lr, sched, tbase, a[0], l2),
-                        zip(orders, copies)))
+
+            def epoch(o, uv):
+                for i, j in _pieces(0, len(o), 4 * rank, stop):
+                    kernel(rows, cols, vals, uv[0], uv[1], lr, sched, tbase + i, o[i:j], l2)
+
+            list(ex.map(epoch, orders, copies))
             U = np.mean([c[0] for c in copies], axis=0)
             V = np.mean([c[1] for c in copies], axis=0)
             if loss_k is not None:
-                loss = _loss(ex, loss_k, parts, (rows, cols, vals), (U, V)) / len(vals)
+                loss = _loss(ex, loss_k, parts, (rows, cols, vals), (U, V), stop, rank) / len(vals)
                 if abs(prev - loss) < s["tolerance"]:
                     break
                 prev = loss

@@ -10,10 +10,10 @@ from learnedidx.server.registry import handler, operations
 
 @handler("health")
 def health(args, arrays, ctx):
-    """Liveness, pid, protocol version, the device (backend, widest job) and the operations offered."""
+    """Liveness, whether the start hooks have run (warm), pid, protocol version, the device (backend, widest job) and the operations offered."""
     from learnedidx import __version__
 
-    return {"status": "ok", "pid": os.getpid(), "version": __version__, "protocol": VERSION,
+    return {"status": "ok", "warm": ctx.server.warm.is_set(), "pid": os.getpid(), "version": __version__, "protocol": VERSION,
             "backend": ctx.server.device.name,
             "max_features": ctx.server.device.max_features, "operations": operations(),
             "missing_handler_modules": ctx.server.failed_modules}, {}

@@ -1,112 +1,157 @@
 """Accelerator-server handlers for in-database training: ``indb.train``, ``indb.register``.
 
-They read the caller's data (:mod:`learnedidx.indb.read`) and train on it
-(:mod:`learnedidx.indb.runtime`); the extension's PL/Python functions send the requests.
+The caller's backend (``extension/learnedidx.c``) sends the request and then streams its data
+as the handler asks for passes (:class:`learnedidx.server.stream.CallStream`); the handler
+decodes them (:mod:`learnedidx.indb.read`) and trains (:mod:`learnedidx.indb.runtime`).  The
+server never connects to PostgreSQL: it knows no database identity, so nothing in a request
+can make it act as a role.  Every resource a call can ask for has a limit set by the server's
+administrator (:class:`Limits`).
 """
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
+from collections import OrderedDict
 
 import numpy as np
-import psycopg
-from psycopg.conninfo import make_conninfo
 
-from learnedidx.errors import InDBError
+from learnedidx.errors import BadRequestError, CancelledError, PagesUndecodableError, TooLargeError, TrainingDataError
 from learnedidx.indb import runtime
-from learnedidx.indb.read.access import check_readable, open_snapshot_session
-from learnedidx.indb.read.training_data import read_training_data
-from learnedidx.server.registry import handler
+from learnedidx.indb.dsl import Algorithm, compile_algorithm
+from learnedidx.indb.read import strider
+from learnedidx.indb.read.passes import read_pass
+from learnedidx.indb.read.training_data import RowBuffer, TrainingData
+from learnedidx.server.registry import handler, on_start
+
+_COMPILED: OrderedDict[str, Algorithm] = OrderedDict()  # DSL sources by hash, most recent last
+_COMPILED_MAX = 256
+_LOCK = threading.Lock()
 
 
-def _conninfo(args: dict, server_conninfo: str | None) -> str:
-    host, port, db = args.get("host"), args.get("port"), args.get("dbname")
-    if not (isinstance(host, str) and host.startswith("/")):
-        raise InDBError("the calling cluster must be reached through its Unix socket directory")
-    return make_conninfo(server_conninfo or "", host=host, port=str(int(port)), dbname=str(db),
-                         application_name="learnedidx-accelerator")
+def _dsl(name: str, source: str) -> Algorithm:
+    """The compiled DSL algorithm of ``source`` (compiled once per source text)."""
+    if not isinstance(source, str):
+        raise BadRequestError("dsl_source must be the algorithm's source text")
+    key = hashlib.sha256(source.encode()).hexdigest()
+    with _LOCK:
+        alg = _COMPILED.get(key)
+        if alg is not None:
+            _COMPILED.move_to_end(key)
+            return alg
+    alg = compile_algorithm(name, source)
+    with _LOCK:
+        _COMPILED[key] = alg
+        while len(_COMPILED) > _COMPILED_MAX:
+            _COMPILED.popitem(last=False)
+    return alg
 
 
-class CallerWatch:
-    """``stop`` check for the engine: true once the calling backend has left the transaction
-    that asked (cancelled, timed out, disconnected).  Asks ``pg_stat_activity`` at most
-    twice a second; when it cannot tell (no rights, no connection) training goes on."""
+def _threads(params: dict, limit: int) -> int:
+    """The engine threads a call gets: what it asks for (default: the limit), at most the limit."""
+    asked = params.pop("threads", None)
+    try:
+        n = limit if asked is None else int(asked)
+    except (TypeError, ValueError):
+        raise BadRequestError(f"threads must be a positive integer, not {asked!r}") from None
+    if n < 1:
+        raise BadRequestError(f"threads must be a positive integer, not {asked!r}")
+    return min(n, limit)
 
-    def __init__(self, conninfo: str, pid: int, xact_start: str) -> None:
-        self.conninfo, self.pid, self.since = conninfo, pid, xact_start
-        self.conn: psycopg.Connection | None = None
-        self.next = 0.0
 
-    def __call__(self) -> bool:
-        now = time.monotonic()
-        if now < self.next:
-            return False
-        self.next = now + 0.5
-        try:
-            if self.conn is None:
-                self.conn = psycopg.connect(self.conninfo, autocommit=True)
-            row = self.conn.execute(
-                "SELECT state IS NULL OR (state = 'active' AND xact_start = %s::timestamptz) "
-                "FROM pg_stat_activity WHERE pid = %s", (self.since, self.pid)).fetchone()
-        except psycopg.Error:
-            return False
-        return row is None or not row[0]
+def _read(stream, limits) -> TrainingData:
+    """Pass 1 over the caller's data: the path the caller chose, or the query path when the
+    pages hold values only it reads."""
+    try:
+        return read_pass(stream.request_pass(1), RowBuffer(limits.max_call_bytes, limits.max_features))
+    except PagesUndecodableError as exc:
+        return read_pass(stream.request_pass(1, query=True, why=str(exc)),
+                         RowBuffer(limits.max_call_bytes, limits.max_features))
 
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
+
+def _factor_data(td: TrainingData, rank: int, threads: int, max_bytes: int) -> tuple[dict, dict]:
+    """LMF tuples with row and column ids remapped to dense indices, so that the factors'
+    memory follows the number of distinct ids; and the ids, for the model."""
+    X = td.X
+    if X.shape[1] != 2:
+        raise TrainingDataError("LMF reads a row id and a column id per rating")
+    if len(X) and not (np.all(np.isfinite(X)) and np.all(X == np.floor(X))):
+        raise TrainingDataError("LMF row and column ids must be integers")
+    row_ids, rows = np.unique(X[:, 0].astype(np.int64), return_inverse=True)
+    col_ids, cols = np.unique(X[:, 1].astype(np.int64), return_inverse=True)
+    need = (len(row_ids) + len(col_ids)) * rank * 8 * (threads + 2)
+    if need > max_bytes:
+        raise TooLargeError(f"factors of rank {rank} for {len(row_ids)} rows and {len(col_ids)} columns need "
+                            f"{need:,} bytes, more than the server's memory limit per call ({max_bytes:,})")
+    return {"row": rows, "col": cols, "value": td.y}, {"row_ids": row_ids, "col_ids": col_ids}
 
 
 @handler("indb.train")
 def indb_train(args, arrays, ctx):
-    """Read the caller's data under its snapshot and role, train, return the model as JSON."""
+    """Train on the data the caller streams; return the model and its statistics as JSON."""
+    limits = ctx.server.config.limits
+    stream = ctx.stream
     algorithm = args["algorithm"]
-    source, dep, indep = args["source"], args.get("dep"), list(args["indep"])
     params = dict(args.get("params") or {})
-    dsl_source = params.pop("dsl_source", None)
     if algorithm in runtime.ALGORITHMS:
         runtime.check_params(algorithm, params)  # before reading any data
-        trainee = algorithm
+        trainee: str | Algorithm = algorithm
     else:
-        # The caller's database holds the source: compile that one, not whatever another
-        # database registered under the same name.
-        trainee = (runtime.register_algorithm(algorithm, dsl_source) if dsl_source
-                   else runtime.get_algorithm(algorithm))
+        trainee = _dsl(algorithm, args.get("dsl_source"))
+    threads = _threads(params, limits.max_threads)
+    seed = int(params.pop("seed", 0))
     t0 = time.perf_counter()
-    conninfo = _conninfo(args, ctx.server.config.pg_conninfo)
-    read = {"path": str(params.pop("reader", "auto")), "page_conninfo": conninfo,
-            "connections": int(params.get("threads", 2))}
-    conn = open_snapshot_session(conninfo, snapshot=args.get("snapshot"), login=args.get("login") or args.get("role"),
-                                 role=args.get("role"), search_path=args.get("search_path"))
-    try:
+    with ctx.server.call_slot(stream):
+        t_read = time.perf_counter()
+        td = _read(stream, limits)
+        extra: dict = {}
         if algorithm == "lmf":
-            rel = check_readable(conn, source, indep + [dep])
-            td = read_training_data(conn, rel, dep, indep, **read)
-            data = {"row": td.X[:, 0].astype(np.int64), "col": td.X[:, 1].astype(np.int64), "value": td.y}
+            rank = int(params.get("rank", params.get("max_rank", 10)))
+            if not 1 <= rank <= limits.max_features:
+                raise TooLargeError(f"rank {rank} is outside 1..{limits.max_features}, the server's limit")
+            data, extra = _factor_data(td, rank, threads, limits.max_call_bytes)
+            intercept = False
         else:
-            rel = check_readable(conn, source, ([dep] if dep else []) + indep)
-            td = read_training_data(conn, rel, dep, indep, **read)
-            data = {"X": td.X, "y": td.y}
-    finally:
-        conn.rollback()
-        conn.close()
-    watch = CallerWatch(conninfo, int(args["caller_pid"]), str(args["caller_xact_start"])) \
-        if args.get("caller_pid") else None
-    try:
-        out = runtime.train(trainee, data, params, threads=int(params.get("threads", 2)),
-                           seed=int(params.get("seed", 0)), stop=watch)
-    finally:
-        if watch is not None:
-            watch.close()
+            X = td.X
+            ones = X.shape[1] > 0 and len(X) > 0 and bool(np.all(X[:, 0] == 1.0))
+            intercept = ones or params.get("intercept") is not False
+            # the design matrix's first column is the intercept's ones: no copy to add them
+            data = {"X": td.design if intercept and not ones else X, "y": td.y}
+        t_train = time.perf_counter()
+        with stream.watch() as closed:
+            out = runtime.train(trainee, data, params, threads=threads, seed=seed, stop=closed.is_set)
+    model = {k: np.asarray(v).tolist() for k, v in out.model.items()}
+    model.update({k: v.tolist() for k, v in extra.items()})
     return {
-        "model": {k: np.asarray(v).tolist() for k, v in out.model.items()},
-        "loss": out.loss, "num_rows_processed": td.rows_total - td.rows_skipped, "num_rows_skipped": td.rows_skipped,
-        "num_iterations": out.iterations, "train_seconds": time.perf_counter() - t0,
-        "accel_seconds": out.modelled_seconds, "path": td.path, "read_seconds": td.seconds,
+        "model": model, "loss": out.loss, "num_rows_processed": td.rows_total - td.rows_skipped,
+        "num_rows_skipped": td.rows_skipped, "num_iterations": out.iterations,
+        "num_features": int(td.X.shape[1]), "intercept": bool(intercept), "features_form": td.features_form,
+        "train_seconds": time.perf_counter() - t0, "accel_seconds": out.modelled_seconds, "path": td.path,
+        "threads": threads,
+        "timings": {"wait": t_read - t0, "read": td.seconds, "decode": td.decode_seconds,
+                    "prepare": t_train - t_read - td.seconds, "train": out.seconds},
     }, {}
 
 
 @handler("indb.register")
 def indb_register(args, arrays, ctx):
-    """Compile and validate a DSL algorithm (also done lazily at train time)."""
-    alg = runtime.register_algorithm(args["name"], args["source"])
+    """Compile and validate a DSL algorithm (training compiles it again from the source the
+    caller's database holds, cached by the source's hash)."""
+    alg = _dsl(str(args["name"]), args["source"])
     return {"name": alg.name, "ops_per_tuple": alg.ops_per_tuple}, {}
+
+
+@on_start
+def warm_up(server) -> None:
+    """Compile the Strider's and the built-in algorithms' kernels once at start, so that no
+    call pays for it."""
+    strider.warm_up()
+    rng = np.random.default_rng(0)
+    X = np.c_[np.ones(64), rng.normal(size=(64, 2))]
+    y = (X[:, 1] > 0).astype(float)
+    for name in runtime.ALGORITHMS:
+        data = {"row": np.arange(64) % 4, "col": np.arange(64) % 3, "value": y} if name == "lmf" else {"X": X, "y": y}
+        try:
+            runtime.train(name, data, {"max_iter": 1}, threads=2)
+        except CancelledError:
+            return

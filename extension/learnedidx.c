@@ -1,0 +1,1277 @@
+/*
+ * learnedidx.c: the native part of the learnedidx extension.
+ *
+ * Everything here runs in the caller's backend, in the caller's statement, as the caller:
+ *
+ *   _PG_init       defines learnedidx.socket (PGC_SUSET: only superusers say where the server is).
+ *   _offload       connects to the accelerator server, sends a request and streams the caller's
+ *                  data as the server asks for passes, then returns the server's reply (JSON text).
+ *                  The page path sends heap pages of a relation and its inheritors, PostgreSQL
+ *                  having decided which tuples the caller's snapshot sees; the query path runs an
+ *                  SPI query (read-only, the caller's snapshot and search_path) and sends its rows
+ *                  as float8.  The server never connects to PostgreSQL.
+ *   predict        scores feature vectors against a model table, read once per query.
+ *   predict_proba
+ *
+ * The wire format is docs/protocol.md's (frames of learnedidx.server.protocol; the stream frames
+ * of an indb.train call); tests/indb/test_extension_sql.py checks the constants below against
+ * the Python originals.
+ */
+#include "postgres.h"
+
+#include <math.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "access/heapam.h"
+#include "access/htup_details.h"
+#include "access/relscan.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "catalog/objectaddress.h"
+#include "catalog/pg_am_d.h"
+#include "catalog/pg_inherits.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "executor/tuptable.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/bufmgr.h"
+#include "storage/latch.h"
+#include "tcop/dest.h"
+#include "utils/acl.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/rls.h"
+#include "utils/snapmgr.h"
+#include "utils/wait_event.h"
+
+PG_MODULE_MAGIC;
+
+/* learnedidx.server.protocol: frame header ">2sBBI" (magic, version, flags, payload length). */
+#define LX_MAGIC "LX"
+#define LX_VERSION 2
+#define LX_HEADER 8
+#define LX_JSON 0				/* flags: a JSON object */
+#define LX_DATA 1				/* flags: a binary data frame of the stream */
+#define LX_CONTROL 2			/* flags: a binary control frame of the stream */
+#define LX_MAX_REPLY (64 << 20) /* protocol.DEFAULT_MAX_MESSAGE */
+#define HELLO_TIMEOUT_MS 5000
+#define PAGES_PER_FRAME 64		/* 512 KiB of pages per data frame */
+#define ROW_FRAME_BYTES (512 << 10)
+
+/* Control frame payload: 'S', reader (READ_AS_CHOSEN | READ_QUERY), 2 bytes padding, pass u32. */
+#define READ_AS_CHOSEN 0
+#define READ_QUERY 1
+
+static char *socket_path = NULL;
+
+void		_PG_init(void);
+
+/* ---------------------------------------------------------------- the server's socket */
+
+/* learnedidx.server.protocol.default_socket_path(), in the backend's environment. */
+static char *
+default_socket_path(void)
+{
+	const char *env = getenv("LEARNEDIDX_SOCKET");
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char	   *path;
+
+	if (env && *env)
+		path = pstrdup(env);
+	else if (xdg && *xdg)
+	{
+		size_t		n = strlen(xdg);
+
+		while (n > 1 && xdg[n - 1] == '/')
+			n--;
+		path = psprintf("%.*s/learnedidx/accel.sock", (int) n, xdg);
+	}
+	else
+		path = psprintf("/tmp/learnedidx-%d/accel.sock", (int) getuid());
+	return MemoryContextStrdup(TopMemoryContext, path);
+}
+
+void
+_PG_init(void)
+{
+	DefineCustomStringVariable("learnedidx.socket",
+							   "Unix socket of the learnedidx accelerator server.",
+							   "Only superusers set it; unset, the server's default path rule applies.",
+							   &socket_path, default_socket_path(), PGC_SUSET, 0, NULL, NULL, NULL);
+}
+
+typedef struct Conn
+{
+	pgsocket	fd;
+	const char *path;
+} Conn;
+
+static void
+conn_fail(Conn *c, const char *what)
+{
+	ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE),
+					errmsg("learnedidx accelerator server at %s: %s", c->path, what),
+					errhint("Start it with: learnedidx server start --socket %s", c->path)));
+}
+
+/* Wait until the socket is ready for `event` (or timeout_ms passes; -1: no timeout), serving
+ * cancel requests, statement_timeout and postmaster death meanwhile.  False on timeout. */
+static bool
+conn_wait(Conn *c, int event, long timeout_ms)
+{
+	int			rc;
+
+	rc = WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_EXIT_ON_PM_DEATH | event | (timeout_ms >= 0 ? WL_TIMEOUT : 0),
+						   c->fd, timeout_ms, PG_WAIT_EXTENSION);
+	if (rc & WL_LATCH_SET)
+		ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+	return (rc & WL_TIMEOUT) == 0;
+}
+
+static void
+conn_write(Conn *c, const char *buf, size_t len)
+{
+	while (len > 0)
+	{
+		ssize_t		n = send(c->fd, buf, len, MSG_NOSIGNAL);
+
+		if (n > 0)
+		{
+			buf += n;
+			len -= n;
+		}
+		else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			conn_wait(c, WL_SOCKET_WRITEABLE, -1);
+		else
+			conn_fail(c, "the connection closed while sending");
+	}
+}
+
+/* Read exactly len bytes; false when the peer closed the connection before the first byte. */
+static bool
+conn_read(Conn *c, char *buf, size_t len, long timeout_ms)
+{
+	size_t		got = 0;
+
+	while (got < len)
+	{
+		ssize_t		n = recv(c->fd, buf + got, len - got, 0);
+
+		if (n > 0)
+			got += n;
+		else if (n == 0)
+		{
+			if (got == 0)
+				return false;
+			conn_fail(c, "the connection closed mid-message");
+		}
+		else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		{
+			if (!conn_wait(c, WL_SOCKET_READABLE, timeout_ms))
+				conn_fail(c, "no answer (is it the learnedidx server?)");
+		}
+		else
+			conn_fail(c, "the connection failed while receiving");
+	}
+	return true;
+}
+
+static void
+put_u32be(char *p, uint32 v)
+{
+	p[0] = (char) (v >> 24);
+	p[1] = (char) (v >> 16);
+	p[2] = (char) (v >> 8);
+	p[3] = (char) v;
+}
+
+static void
+frame_header(char *h, int flags, uint32 len)
+{
+	h[0] = LX_MAGIC[0];
+	h[1] = LX_MAGIC[1];
+	h[2] = LX_VERSION;
+	h[3] = (char) flags;
+	put_u32be(h + 4, len);
+}
+
+static void
+send_json(Conn *c, const char *json)
+{
+	char		h[LX_HEADER];
+
+	frame_header(h, LX_JSON, strlen(json));
+	conn_write(c, h, LX_HEADER);
+	conn_write(c, json, strlen(json));
+}
+
+/* One frame from the server: its flags and payload (NUL-terminated).  NULL at end of stream. */
+static char *
+read_frame(Conn *c, int *flags, uint32 *len, long timeout_ms)
+{
+	unsigned char h[LX_HEADER];
+	char	   *payload;
+
+	if (!conn_read(c, (char *) h, LX_HEADER, timeout_ms))
+		return NULL;
+	if (h[0] != LX_MAGIC[0] || h[1] != LX_MAGIC[1] || h[2] != LX_VERSION)
+		conn_fail(c, "the socket does not speak the learnedidx protocol");
+	*flags = h[3];
+	*len = ((uint32) h[4] << 24) | ((uint32) h[5] << 16) | ((uint32) h[6] << 8) | h[7];
+	if (*len > LX_MAX_REPLY)
+		conn_fail(c, "a reply exceeds the protocol's size limit");
+	payload = palloc(*len + 1);
+	if (*len > 0 && !conn_read(c, payload, *len, timeout_ms))
+		conn_fail(c, "the connection closed mid-message");
+	payload[*len] = '\0';
+	return payload;
+}
+
+/* Connect to the server: it must run as this backend's OS user and greet first (a socket that
+ * waits for us to speak, such as PostgreSQL's own, is refused before we send a byte). */
+static void
+conn_open(Conn *c)
+{
+	struct sockaddr_un addr;
+	struct ucred cred;
+	socklen_t	credlen = sizeof(cred);
+	int			flags;
+	uint32		len;
+	char	   *hello;
+
+	c->path = (socket_path && *socket_path) ? socket_path : default_socket_path();
+	if (strlen(c->path) >= sizeof(addr.sun_path))
+		conn_fail(c, "the socket path is too long");
+	memset(&addr, 0, sizeof(addr));
+	addr.sun_family = AF_UNIX;
+	strlcpy(addr.sun_path, c->path, sizeof(addr.sun_path));
+	if (connect(c->fd, (struct sockaddr *) &addr, sizeof(addr)) < 0)
+	{
+		int			err = errno;
+		socklen_t	errlen = sizeof(err);
+
+		/* a full listen backlog: wait for the server to accept */
+		if ((err != EAGAIN && err != EINPROGRESS) || !conn_wait(c, WL_SOCKET_WRITEABLE, HELLO_TIMEOUT_MS) ||
+			getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &errlen) < 0 || err != 0)
+		{
+			errno = err;
+			conn_fail(c, psprintf("not reachable (%m)"));
+		}
+	}
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERCRED, &cred, &credlen) < 0 || cred.uid != geteuid())
+		conn_fail(c, "the process listening there does not run as the database's OS user");
+	hello = read_frame(c, &flags, &len, HELLO_TIMEOUT_MS);
+	if (hello == NULL || flags != LX_JSON || strstr(hello, "\"hello\"") == NULL)
+		conn_fail(c, "the socket does not speak the learnedidx protocol");
+}
+
+/* --------------------------------------------------------------------------- the page path */
+
+typedef struct PageSource
+{
+	Oid			relid;			/* the relation named */
+	List	   *rels;			/* it and its inheritors that have storage (Oids) */
+	int			ncols;
+	char	  **names;			/* wanted columns: label first */
+	Oid		   *types;			/* base type of each */
+} PageSource;
+
+static bool
+scalar_decodable(Oid t)
+{
+	return t == INT2OID || t == INT4OID || t == INT8OID || t == FLOAT4OID || t == FLOAT8OID || t == OIDOID ||
+		t == BOOLOID;
+}
+
+static bool
+array_decodable(Oid t)
+{
+	return t == INT2ARRAYOID || t == INT4ARRAYOID || t == INT8ARRAYOID || t == FLOAT4ARRAYOID ||
+		t == FLOAT8ARRAYOID;
+}
+
+/*
+ * Check that the caller may read `columns` of `relid` and whether the page path can: NULL when
+ * it can, else why not (then the query path reads it).  Privilege errors, missing columns and an
+ * unpopulated materialized view are errors, as for the SELECT the query path would run.
+ */
+static const char *
+page_source(Oid relid, ArrayType *columns, PageSource *ps)
+{
+	Relation	rel;
+	Datum	   *names;
+	bool	   *nulls;
+	int			n,
+				i;
+	char		relkind;
+	ListCell   *lc;
+	const char *why = NULL;
+	int			arrays = 0;
+
+	rel = table_open(relid, AccessShareLock);
+	relkind = rel->rd_rel->relkind;
+	if (relkind != RELKIND_RELATION && relkind != RELKIND_MATVIEW && relkind != RELKIND_PARTITIONED_TABLE)
+	{
+		table_close(rel, NoLock);
+		return "the source is not a table or materialized view";
+	}
+	deconstruct_array(columns, TEXTOID, -1, false, TYPALIGN_INT, &names, &nulls, &n);
+	if (n < 1)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("no columns to read")));
+	ps->relid = relid;
+	ps->ncols = n;
+	ps->names = palloc(sizeof(char *) * n);
+	ps->types = palloc(sizeof(Oid) * n);
+	for (i = 0; i < n; i++)
+	{
+		AttrNumber	att;
+
+		if (nulls[i])
+			ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("column names must not be NULL")));
+		ps->names[i] = TextDatumGetCString(names[i]);
+		att = get_attnum(relid, ps->names[i]);
+		if (att <= 0)
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
+							errmsg("column \"%s\" of relation \"%s\" does not exist", ps->names[i],
+								   RelationGetRelationName(rel))));
+		/* SELECT privilege on the table or on the column, as the SELECT's permission check */
+		if (pg_class_aclcheck(relid, GetUserId(), ACL_SELECT) != ACLCHECK_OK &&
+			pg_attribute_aclcheck(relid, att, GetUserId(), ACL_SELECT) != ACLCHECK_OK)
+			aclcheck_error(ACLCHECK_NO_PRIV, get_relkind_objtype(relkind), RelationGetRelationName(rel));
+		ps->types[i] = getBaseType(get_atttype(relid, att));
+		if (array_decodable(ps->types[i]))
+			arrays++;
+		else if (!scalar_decodable(ps->types[i]) && why == NULL)
+			why = psprintf("column \"%s\" has type %s", ps->names[i], format_type_be(ps->types[i]));
+	}
+	if (relkind == RELKIND_MATVIEW && !RelationIsPopulated(rel))
+		ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+						errmsg("materialized view \"%s\" has not been populated", RelationGetRelationName(rel)),
+						errhint("Use the REFRESH MATERIALIZED VIEW command.")));
+	if (why == NULL && check_enable_rls(relid, InvalidOid, true) == RLS_ENABLED)
+		why = "row-level security applies to the caller";
+	if (why == NULL && (array_decodable(ps->types[0]) || arrays > 1 || (arrays == 1 && n > 2)))
+		why = "the page reader reads a numeric label with numeric columns or one array column";
+	table_close(rel, NoLock);
+	if (why != NULL)
+		return why;
+
+	/* SELECT on a parent reads its inheritors and partitions; their own privileges are not
+	 * checked (nor their policies applied), as in PostgreSQL. */
+	ps->rels = NIL;
+	foreach(lc, find_all_inheritors(relid, AccessShareLock, NULL))
+	{
+		Oid			child = lfirst_oid(lc);
+		Relation	r = table_open(child, NoLock);
+
+		if (r->rd_rel->relkind == RELKIND_FOREIGN_TABLE)
+			why = psprintf("\"%s\" is a foreign table", RelationGetRelationName(r));
+		else if (RELKIND_HAS_STORAGE(r->rd_rel->relkind))
+		{
+			if (r->rd_rel->relam != HEAP_TABLE_AM_OID)
+				why = psprintf("\"%s\" does not use the heap table access method", RelationGetRelationName(r));
+			for (i = 0; i < n && why == NULL; i++)
+			{
+				AttrNumber	att = get_attnum(child, ps->names[i]);
+
+				if (TupleDescAttr(RelationGetDescr(r), att - 1)->atthasmissing && array_decodable(ps->types[i]))
+					why = psprintf("array column \"%s\" of \"%s\" was added with a default", ps->names[i],
+								   RelationGetRelationName(r));
+			}
+			ps->rels = lappend_oid(ps->rels, child);
+		}
+		table_close(r, NoLock);
+		if (why != NULL)
+			return why;
+	}
+	return NULL;
+}
+
+/* The layout of one relation of the stream, as JSON: its name, its number of blocks, the wanted
+ * columns (attnum, base type, the value rows stored before the column was added have (NULL
+ * unless atthasmissing), name) and
+ * the length and alignment of every attribute up to the last wanted one (dropped ones too). */
+static char *
+relation_layout(Relation rel, PageSource *ps, BlockNumber nblocks)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	StringInfoData s;
+	int			i,
+				last = 0;
+
+	initStringInfo(&s);
+	appendStringInfoString(&s, "{\"relation\": {\"name\": ");
+	escape_json(&s, quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+											   RelationGetRelationName(rel)));
+	appendStringInfo(&s, ", \"blocks\": %u, \"columns\": [", nblocks);
+	for (i = 0; i < ps->ncols; i++)
+	{
+		AttrNumber	att = get_attnum(RelationGetRelid(rel), ps->names[i]);
+		Form_pg_attribute a = TupleDescAttr(desc, att - 1);
+
+		last = Max(last, att);
+		appendStringInfo(&s, "%s[%d, %u, ", i ? ", " : "", att, ps->types[i]);
+		if (a->atthasmissing)
+		{
+			bool		isnull;
+			Datum		d = getmissingattr(desc, att, &isnull);
+
+			if (isnull)
+				appendStringInfoString(&s, "null");
+			else
+			{
+				double		v;
+
+				switch (ps->types[i])
+				{
+					case INT2OID: v = DatumGetInt16(d); break;
+					case INT4OID: v = DatumGetInt32(d); break;
+					case INT8OID: v = (double) DatumGetInt64(d); break;
+					case FLOAT4OID: v = DatumGetFloat4(d); break;
+					case OIDOID: v = DatumGetObjectId(d); break;
+					case BOOLOID: v = DatumGetBool(d); break;
+					default: v = DatumGetFloat8(d); break;
+				}
+				if (isnan(v))
+					appendStringInfoString(&s, "NaN");
+				else if (isinf(v))
+					appendStringInfoString(&s, v > 0 ? "Infinity" : "-Infinity");
+				else
+					appendStringInfo(&s, "%.17g", v);
+			}
+		}
+		else
+			appendStringInfoString(&s, "null");
+		appendStringInfoString(&s, ", ");
+		escape_json(&s, ps->names[i]);
+		appendStringInfoChar(&s, ']');
+	}
+	appendStringInfoString(&s, "], \"attrs\": [");
+	for (i = 0; i < last; i++)
+	{
+		Form_pg_attribute a = TupleDescAttr(desc, i);
+
+		appendStringInfo(&s, "%s[%d, %d]", i ? ", " : "", a->attlen,
+						 a->attalign == TYPALIGN_DOUBLE ? 8 : a->attalign == TYPALIGN_INT ? 4 :
+						 a->attalign == TYPALIGN_SHORT ? 2 : 1);
+	}
+	appendStringInfoString(&s, "]}}");
+	return s.data;
+}
+
+/* In our copy of a page, mark the normal line pointers the snapshot does not see as unused, so
+ * that the server decodes exactly the visible tuples (vis: ascending offsets). */
+static void
+hide_invisible(Page page, const OffsetNumber *vis, int nvis)
+{
+	OffsetNumber max = PageGetMaxOffsetNumber(page);
+	OffsetNumber off;
+	int			v = 0;
+
+	for (off = FirstOffsetNumber; off <= max; off++)
+	{
+		ItemId		id = PageGetItemId(page, off);
+
+		if (v < nvis && vis[v] == off)
+			v++;
+		else if (ItemIdIsNormal(id))
+			ItemIdSetUnused(id);
+	}
+}
+
+/* A reply the server sent while we stream (it stops early on an error): returned, or NULL. */
+static char *
+early_reply(Conn *c)
+{
+	int			flags;
+	uint32		len;
+	char		b;
+	char	   *reply;
+
+	if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1)
+		return NULL;
+	reply = read_frame(c, &flags, &len, -1);
+	if (reply == NULL || flags != LX_JSON)
+		conn_fail(c, "unexpected frame while streaming");
+	return reply;
+}
+
+/* Send a data frame of pages: 'P', 3 bytes padding, page count u32, block numbers u32[count]
+ * (padded to 8 bytes), then the pages.  Returns the server's reply if it ended the call. */
+static char *
+send_pages(Conn *c, const char *pages, const uint32 *blocks, int count)
+{
+	char		head[LX_HEADER + 8 + PAGES_PER_FRAME * 4 + 4];
+	int			nb = (count * 4 + 7) & ~7;
+	int			i;
+
+	frame_header(head, LX_DATA, 8 + nb + (uint32) count * BLCKSZ);
+	memset(head + LX_HEADER, 0, 8 + nb);
+	head[LX_HEADER] = 'P';
+	put_u32be(head + LX_HEADER + 4, count);
+	for (i = 0; i < count; i++)
+		put_u32be(head + LX_HEADER + 8 + 4 * i, blocks[i]);
+	conn_write(c, head, LX_HEADER + 8 + nb);
+	conn_write(c, pages, (size_t) count * BLCKSZ);
+	return early_reply(c);
+}
+
+static char *
+stream_pages(Conn *c, PageSource *ps, int pass)
+{
+	char	   *pages = palloc(PAGES_PER_FRAME * BLCKSZ);
+	uint32		blocks[PAGES_PER_FRAME];
+	uint64		tuples = 0;
+	ListCell   *lc;
+	char	   *reply = NULL;
+
+	send_json(c, psprintf("{\"begin\": {\"pass\": %d, \"reader\": \"pages\"}}", pass));
+	foreach(lc, ps->rels)
+	{
+		Relation	rel = table_open(lfirst_oid(lc), NoLock);	/* locked by page_source */
+		TableScanDesc scan = table_beginscan_strat(rel, GetActiveSnapshot(), 0, NULL, true, false);
+		HeapScanDesc hs = (HeapScanDesc) scan;
+		BlockNumber blk;
+		int			count = 0;
+
+		send_json(c, relation_layout(rel, ps, hs->rs_nblocks));
+		for (blk = 0; blk < hs->rs_nblocks && reply == NULL; blk++)
+		{
+			char	   *dst = pages + (size_t) count * BLCKSZ;
+
+			heapgetpage(scan, blk); /* visibility: PostgreSQL's, into rs_vistuples */
+			if (hs->rs_ntuples == 0)
+				continue;
+			LockBuffer(hs->rs_cbuf, BUFFER_LOCK_SHARE);
+			memcpy(dst, BufferGetPage(hs->rs_cbuf), BLCKSZ);
+			LockBuffer(hs->rs_cbuf, BUFFER_LOCK_UNLOCK);
+			hide_invisible((Page) dst, hs->rs_vistuples, hs->rs_ntuples);
+			tuples += hs->rs_ntuples;
+			blocks[count++] = blk;
+			if (count == PAGES_PER_FRAME)
+			{
+				reply = send_pages(c, pages, blocks, count);
+				count = 0;
+			}
+		}
+		if (count > 0 && reply == NULL)
+			reply = send_pages(c, pages, blocks, count);
+		table_endscan(scan);
+		table_close(rel, NoLock);
+		if (reply != NULL)
+			return reply;
+	}
+	send_json(c, psprintf("{\"end\": {\"pass\": %d, \"rows\": " UINT64_FORMAT "}}", pass, tuples));
+	pfree(pages);
+	return NULL;
+}
+
+/* -------------------------------------------------------------------------- the query path */
+
+typedef struct RowReceiver
+{
+	DestReceiver pub;
+	Conn	   *conn;
+	TupleDesc	desc;
+	Oid		   *types;			/* base type per column */
+	Oid		   *elems;			/* element type of array columns, InvalidOid for scalars */
+	int		   *widths;			/* elements of each array column, from the first usable row */
+	int			rowlen;			/* float8 per row; -1 until the first usable row */
+	uint64		rows;
+	uint64		skipped;
+	StringInfoData buf;			/* the data frame being filled */
+	uint32		buffered;		/* rows in buf */
+	bool		array_form;		/* the features are one array column */
+	MemoryContext outer;		/* the caller's context: SPI_finish frees the executor's, and what
+								 * the receiver keeps (buffers, the reply) outlives it */
+	MemoryContext rowcxt;		/* reset per row: detoasted arrays, numeric conversions */
+	char	   *reply;			/* the server's reply, when it ended the call early */
+} RowReceiver;
+
+static bool
+number_type(Oid t)
+{
+	return t == INT2OID || t == INT4OID || t == INT8OID || t == FLOAT4OID || t == FLOAT8OID || t == NUMERICOID ||
+		t == BOOLOID || t == OIDOID;
+}
+
+static void
+rows_startup(DestReceiver *self, int operation, TupleDesc desc)
+{
+	RowReceiver *r = (RowReceiver *) self;
+	MemoryContext old = MemoryContextSwitchTo(r->outer);
+	int			i;
+
+	r->desc = desc;
+	r->types = palloc(sizeof(Oid) * desc->natts);
+	r->elems = palloc(sizeof(Oid) * desc->natts);
+	r->widths = palloc0(sizeof(int) * desc->natts);
+	for (i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute a = TupleDescAttr(desc, i);
+		Oid			elem;
+
+		r->types[i] = getBaseType(a->atttypid);
+		elem = get_element_type(r->types[i]);
+		r->elems[i] = elem;
+		if (elem != InvalidOid && i > 0 && number_type(elem) && elem != BOOLOID && elem != OIDOID)
+			continue;
+		if (elem == InvalidOid && number_type(r->types[i]))
+			continue;
+		ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+						errmsg("%s \"%s\" has type %s; %s", i == 0 ? "the label" : "feature",
+							   NameStr(a->attname), format_type_be(a->atttypid),
+							   i == 0 ? "a number or boolean is required" : "numbers or numeric arrays are required")));
+	}
+	r->rowlen = -1;
+	r->array_form = desc->natts == 2 && r->elems[1] != InvalidOid;
+	initStringInfo(&r->buf);
+	r->rowcxt = AllocSetContextCreate(r->outer, "learnedidx rows", ALLOCSET_DEFAULT_SIZES);
+	MemoryContextSwitchTo(old);
+}
+
+static double
+scalar_value(Datum d, Oid t)
+{
+	switch (t)
+	{
+		case FLOAT8OID: return DatumGetFloat8(d);
+		case FLOAT4OID: return DatumGetFloat4(d);
+		case INT2OID: return DatumGetInt16(d);
+		case INT4OID: return DatumGetInt32(d);
+		case INT8OID: return (double) DatumGetInt64(d);
+		case BOOLOID: return DatumGetBool(d) ? 1.0 : 0.0;
+		case OIDOID: return DatumGetObjectId(d);
+		default: return DatumGetFloat8(DirectFunctionCall1(numeric_float8, d));
+	}
+}
+
+static void
+rows_flush(RowReceiver *r)
+{
+	char	   *p = r->buf.data;
+	MemoryContext old;
+
+	if (r->buffered == 0 || r->reply != NULL)
+		return;
+	frame_header(p, LX_DATA, r->buf.len - LX_HEADER);
+	put_u32be(p + LX_HEADER + 4, r->buffered);
+	put_u32be(p + LX_HEADER + 8, r->rowlen);
+	conn_write(r->conn, p, r->buf.len);
+	r->buffered = 0;
+	old = MemoryContextSwitchTo(r->outer);
+	r->reply = early_reply(r->conn);
+	MemoryContextSwitchTo(old);
+}
+
+/* A row: label, then each feature column (numbers, or arrays' elements) as float8.  Rows with a
+ * NULL (or a NULL element) are skipped and counted; arrays must keep their first row's length. */
+static bool
+rows_receive(TupleTableSlot *slot, DestReceiver *self)
+{
+	RowReceiver *r = (RowReceiver *) self;
+	int			natts = r->desc->natts;
+	int			i;
+	ArrayType **arrays;
+	MemoryContext old;
+
+	if (r->reply != NULL)
+		return false;
+	MemoryContextReset(r->rowcxt);
+	old = MemoryContextSwitchTo(r->rowcxt);
+	arrays = palloc0(sizeof(ArrayType *) * natts);
+	slot_getallattrs(slot);
+	r->rows++;
+	for (i = 0; i < natts; i++)
+	{
+		if (slot->tts_isnull[i])
+			break;
+		if (r->elems[i] != InvalidOid)
+		{
+			arrays[i] = DatumGetArrayTypeP(slot->tts_values[i]);
+			if (array_contains_nulls(arrays[i]))
+				break;
+		}
+	}
+	if (i < natts)
+	{
+		r->skipped++;
+		MemoryContextSwitchTo(old);
+		return true;
+	}
+	for (i = 0; i < natts; i++)
+	{
+		int			n;
+
+		if (arrays[i] == NULL)
+			continue;
+		if (ARR_NDIM(arrays[i]) > 1)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("array column \"%s\" in row " UINT64_FORMAT " has %d dimensions; one is required",
+								   NameStr(TupleDescAttr(r->desc, i)->attname), r->rows, ARR_NDIM(arrays[i]))));
+		n = ArrayGetNItems(ARR_NDIM(arrays[i]), ARR_DIMS(arrays[i]));
+		if (r->rowlen < 0)
+			r->widths[i] = n;
+		else if (n != r->widths[i])
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("array column \"%s\" has %d elements in row " UINT64_FORMAT
+								   " but %d in the first row", NameStr(TupleDescAttr(r->desc, i)->attname), n,
+								   r->rows, r->widths[i]),
+							errdetail("Arrays of different lengths are not feature vectors of one model.")));
+	}
+	if (r->rowlen < 0)
+	{
+		r->rowlen = 0;
+		for (i = 0; i < natts; i++)
+			r->rowlen += arrays[i] ? r->widths[i] : 1;
+	}
+	MemoryContextSwitchTo(old);
+	if (r->buffered == 0)
+	{
+		resetStringInfo(&r->buf);
+		appendStringInfoSpaces(&r->buf, LX_HEADER + 16);
+		memset(r->buf.data + LX_HEADER, 0, 16);
+		r->buf.data[LX_HEADER] = 'R';
+	}
+	enlargeStringInfo(&r->buf, r->rowlen * sizeof(double));
+	for (i = 0; i < natts; i++)
+	{
+		double	   *out = (double *) (r->buf.data + r->buf.len);
+		ArrayType  *a = arrays[i];
+
+		if (a == NULL)
+		{
+			old = MemoryContextSwitchTo(r->rowcxt);
+			*out = scalar_value(slot->tts_values[i], r->types[i]);
+			MemoryContextSwitchTo(old);
+			r->buf.len += sizeof(double);
+		}
+		else
+		{
+			int			n = r->widths[i];
+			int			j;
+			char	   *data = ARR_DATA_PTR(a);
+
+			switch (r->elems[i])
+			{
+				case FLOAT8OID: memcpy(out, data, n * sizeof(double)); break;
+				case FLOAT4OID: for (j = 0; j < n; j++) out[j] = ((float4 *) data)[j]; break;
+				case INT2OID: for (j = 0; j < n; j++) out[j] = ((int16 *) data)[j]; break;
+				case INT4OID: for (j = 0; j < n; j++) out[j] = ((int32 *) data)[j]; break;
+				case INT8OID: for (j = 0; j < n; j++) out[j] = (double) ((int64 *) data)[j]; break;
+				default:
+					{
+						Datum	   *el;
+						int			m;
+
+						old = MemoryContextSwitchTo(r->rowcxt);
+						deconstruct_array(a, NUMERICOID, -1, false, TYPALIGN_INT, &el, NULL, &m);
+						for (j = 0; j < m; j++)
+							out[j] = scalar_value(el[j], NUMERICOID);
+						MemoryContextSwitchTo(old);
+					}
+			}
+			r->buf.len += n * sizeof(double);
+		}
+	}
+	r->buf.data[r->buf.len] = '\0';
+	if (++r->buffered >= 1 + ROW_FRAME_BYTES / (r->rowlen * sizeof(double) + 1))
+		rows_flush(r);
+	return r->reply == NULL;
+}
+
+static void
+rows_shutdown(DestReceiver *self)
+{
+}
+
+static void
+rows_destroy(DestReceiver *self)
+{
+}
+
+/* Run `query` read-only in the caller's snapshot, with the caller's search_path, sending its rows. */
+static char *
+stream_query(Conn *c, const char *query, const char *search_path, int pass, const char *why)
+{
+	RowReceiver r;
+	SPIPlanPtr	plan;
+	SPIExecuteOptions opts;
+	StringInfoData s;
+	int			nest = NewGUCNestLevel();
+
+	if (search_path != NULL)
+		(void) set_config_option("search_path", search_path, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0,
+								 false);
+	memset(&r, 0, sizeof(r));
+	r.pub.receiveSlot = rows_receive;
+	r.pub.rStartup = rows_startup;
+	r.pub.rShutdown = rows_shutdown;
+	r.pub.rDestroy = rows_destroy;
+	r.pub.mydest = DestNone;
+	r.conn = c;
+	r.outer = CurrentMemoryContext;
+	initStringInfo(&s);
+	appendStringInfo(&s, "{\"begin\": {\"pass\": %d, \"reader\": \"query\", \"why\": ", pass);
+	if (why)
+		escape_json(&s, why);
+	else
+		appendStringInfoString(&s, "null");
+	appendStringInfoString(&s, "}}");
+	send_json(c, s.data);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	plan = SPI_prepare(query, 0, NULL);
+	if (plan == NULL)
+		elog(ERROR, "SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+	if (list_length(SPI_plan_get_plan_sources(plan)) != 1 || !SPI_is_cursor_plan(plan))
+		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE), errmsg("the training source must be one SELECT")));
+	memset(&opts, 0, sizeof(opts));
+	opts.read_only = true;
+	opts.dest = (DestReceiver *) &r;
+	SPI_execute_plan_extended(plan, &opts);
+	SPI_finish();
+	AtEOXact_GUC(true, nest);
+	rows_flush(&r);
+	if (r.rowcxt != NULL)
+		MemoryContextDelete(r.rowcxt);
+	if (r.reply != NULL)
+		return r.reply;
+	send_json(c, psprintf("{\"end\": {\"pass\": %d, \"rows\": " UINT64_FORMAT ", \"skipped\": " UINT64_FORMAT
+						  ", \"form\": \"%s\"}}", pass, r.rows, r.skipped, r.array_form ? "array" : "scalars"));
+	return NULL;
+}
+
+/* ------------------------------------------------------------------------------- _offload */
+
+PG_FUNCTION_INFO_V1(learnedidx_offload);
+
+/*
+ * learnedidx._offload(op text, args jsonb, source regclass, columns text[], query text,
+ *                     search_path text) RETURNS text
+ *
+ * Sends {"op": op, "id": 1, "args": args} (op: indb.train or indb.register) and serves the
+ * server's requests for passes over the data: the page path over `source`'s `columns` when it
+ * can read them, else the query path over `query` (evaluated with `search_path`).  Returns the
+ * server's final reply.  Safe whatever a caller passes: it takes no identity and no connection
+ * target, and checks the caller's privileges itself.
+ */
+Datum
+learnedidx_offload(PG_FUNCTION_ARGS)
+{
+	char	   *op = PG_ARGISNULL(0) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(0));
+	Jsonb	   *args = PG_ARGISNULL(1) ? NULL : PG_GETARG_JSONB_P(1);
+	char	   *query = PG_ARGISNULL(4) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(4));
+	char	   *search_path = PG_ARGISNULL(5) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(5));
+	PageSource	ps;
+	const char *why = NULL;
+	bool		pages = false;
+	Conn		conn;
+	char	   *volatile reply = NULL;
+	StringInfoData req;
+
+	if (strcmp(op, "indb.train") != 0 && strcmp(op, "indb.register") != 0)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("unknown operation \"%s\"", op)));
+	if (args == NULL || !JB_ROOT_IS_OBJECT(args))
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("args must be a JSON object")));
+	if (!PG_ARGISNULL(2))
+	{
+		if (PG_ARGISNULL(3))
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("the page reader needs columns")));
+		why = page_source(PG_GETARG_OID(2), PG_GETARG_ARRAYTYPE_P(3), &ps);
+		if (why != NULL && query == NULL)
+			ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							errmsg("the page reader cannot read %s: %s", get_rel_name(PG_GETARG_OID(2)), why)));
+		pages = why == NULL;
+	}
+	initStringInfo(&req);
+	appendStringInfoString(&req, "{\"op\": ");
+	escape_json(&req, op);
+	appendStringInfoString(&req, ", \"id\": 1, \"args\": ");
+	(void) JsonbToCString(&req, &args->root, VARSIZE(args));
+	appendStringInfoString(&req, "}");
+
+	conn.path = NULL;
+	conn.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (conn.fd < 0)
+		ereport(ERROR, (errcode_for_socket_access(), errmsg("cannot create a socket: %m")));
+	PG_TRY();
+	{
+		conn_open(&conn);
+		send_json(&conn, req.data);
+		while (reply == NULL)
+		{
+			int			flags;
+			uint32		len;
+			char	   *frame = read_frame(&conn, &flags, &len, -1);
+
+			if (frame == NULL)
+				conn_fail(&conn, "the server closed the connection mid-request");
+			if (flags == LX_JSON)
+				reply = frame;
+			else if (flags == LX_CONTROL && len >= 8 && frame[0] == 'S')
+			{
+				int			pass = ((uint8) frame[4] << 24) | ((uint8) frame[5] << 16) | ((uint8) frame[6] << 8) |
+					(uint8) frame[7];
+
+				if (frame[1] == READ_QUERY && pages)
+				{
+					if (query == NULL)
+						ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+										errmsg("the page reader cannot read %s: %s",
+											   get_rel_name(ps.relid), frame + 8)));
+					pages = false;
+					why = pstrdup(frame + 8);
+				}
+				if (pages)
+					reply = stream_pages(&conn, &ps, pass);
+				else if (query != NULL)
+					reply = stream_query(&conn, query, search_path, pass, why);
+				else
+					conn_fail(&conn, "the server asked for data this call has none of");
+			}
+			else
+				conn_fail(&conn, "unexpected frame");
+		}
+	}
+	PG_FINALLY();
+	{
+		close(conn.fd);
+	}
+	PG_END_TRY();
+	PG_RETURN_TEXT_P(cstring_to_text(reply));
+}
+
+/* ---------------------------------------------------------------------------------- predict */
+
+typedef enum ModelKind
+{
+	MODEL_SCORE,				/* linregr and DSL models: the score */
+	MODEL_LOGREGR,				/* the class 0/1 */
+	MODEL_SVM,					/* one of two labels */
+	MODEL_LMF					/* u[row] . v[column] */
+} ModelKind;
+
+typedef struct Model
+{
+	Oid			relid;
+	ModelKind	kind;
+	int			ncoef;
+	double	   *coef;
+	bool		intercept;		/* coef[0] is an intercept: features may omit its leading 1 */
+	double		labels[2];
+	int			rank;
+	int			nrows,
+				ncols;
+	double	   *u,
+			   *v;
+	int64	   *row_ids,
+			   *col_ids;
+} Model;
+
+static double *
+float8s(Datum d, int *n, int ndim, int *dim2)
+{
+	ArrayType  *a = DatumGetArrayTypeP(d);
+	int			nd = ARR_NDIM(a);
+
+	if (array_contains_nulls(a) || ARR_ELEMTYPE(a) != FLOAT8OID || (nd != ndim && !(nd == 0 && ndim == 1)))
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("the model's arrays are malformed")));
+	*n = nd == 0 ? 0 : ARR_DIMS(a)[0];
+	if (dim2)
+		*dim2 = nd == 2 ? ARR_DIMS(a)[1] : 0;
+	return (double *) ARR_DATA_PTR(a);
+}
+
+static int64 *
+int8s(Datum d, int n)
+{
+	ArrayType  *a = DatumGetArrayTypeP(d);
+
+	if (array_contains_nulls(a) || ARR_ELEMTYPE(a) != INT8OID || ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a)) != n)
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("the model's id arrays are malformed")));
+	return (int64 *) ARR_DATA_PTR(a);
+}
+
+/* One value of the single row of `sql` (NULL when SQL NULL); errors unless there is one row. */
+static Datum
+model_value(const char *sql, const char *model, int col, bool *isnull)
+{
+	if (SPI_execute(sql, true, 2) != SPI_OK_SELECT)
+		elog(ERROR, "reading model %s failed", model);
+	if (SPI_processed != 1)
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("model %s has " UINT64_FORMAT " rows; predict scores models of one row", model,
+							   (uint64) SPI_processed)));
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/* Read model `relid` (a table with its <name>_summary table) into the query's memory.  Its
+ * queries name everything qualified and run with search_path = pg_catalog, pg_temp, set here
+ * rather than by the function's SET clause, which would cost a GUC change per row. */
+static Model *
+load_model(Oid relid, MemoryContext mcxt)
+{
+	Model	   *m;
+	char	   *nsp = get_namespace_name(get_rel_namespace(relid));
+	char	   *rel = get_rel_name(relid);
+	char	   *name;
+	char	   *summary;
+	char	   *method;
+	bool		isnull;
+	Datum		d;
+	MemoryContext old;
+	int			nest;
+
+	if (nsp == NULL || rel == NULL)
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("model %u does not exist", relid)));
+	name = quote_qualified_identifier(nsp, rel);
+	summary = quote_qualified_identifier(nsp, psprintf("%s_summary", rel));
+	if (get_relname_relid(psprintf("%s_summary", rel), get_rel_namespace(relid)) == InvalidOid)
+		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
+						errmsg("%s is not a learnedidx model: it has no summary table %s", name, summary)));
+	nest = NewGUCNestLevel();
+	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+							 true, 0, false);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "SPI_connect failed");
+	d = model_value(psprintf("SELECT method, intercept FROM %s", summary), name, 1, &isnull);
+	if (isnull)
+		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE), errmsg("%s is not a learnedidx model", name)));
+	method = TextDatumGetCString(d);
+	old = MemoryContextSwitchTo(mcxt);
+	m = palloc0(sizeof(Model));
+	m->relid = relid;
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+	m->intercept = !isnull && DatumGetBool(d);
+	m->kind = strcmp(method, "logregr") == 0 ? MODEL_LOGREGR : strcmp(method, "svm") == 0 ? MODEL_SVM :
+		strcmp(method, "lmf") == 0 ? MODEL_LMF : MODEL_SCORE;
+	MemoryContextSwitchTo(old);
+	if (m->kind == MODEL_LMF)
+	{
+		Datum		u = model_value(psprintf("SELECT u, v, row_ids, col_ids FROM %s", name), name, 1, &isnull);
+		bool		n2,
+					n3,
+					n4;
+		Datum		v = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &n2);
+		Datum		rows = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &n3);
+		Datum		cols = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 4, &n4);
+		double	   *pu,
+				   *pv;
+		int			ru,
+					rv;
+		int64	   *pr,
+				   *pc;
+
+		if (isnull || n2 || n3 || n4)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s lacks its factors", name)));
+		pu = float8s(u, &m->nrows, 2, &ru);
+		pv = float8s(v, &m->ncols, 2, &rv);
+		if (ru != rv)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s has factors of two ranks", name)));
+		pr = int8s(rows, m->nrows);
+		pc = int8s(cols, m->ncols);
+		old = MemoryContextSwitchTo(mcxt);
+		m->rank = ru;
+		m->u = palloc(sizeof(double) * Max(1, m->nrows * ru));
+		m->v = palloc(sizeof(double) * Max(1, m->ncols * rv));
+		m->row_ids = palloc(sizeof(int64) * Max(1, m->nrows));
+		m->col_ids = palloc(sizeof(int64) * Max(1, m->ncols));
+		memcpy(m->u, pu, sizeof(double) * m->nrows * ru);
+		memcpy(m->v, pv, sizeof(double) * m->ncols * rv);
+		memcpy(m->row_ids, pr, sizeof(int64) * m->nrows);
+		memcpy(m->col_ids, pc, sizeof(int64) * m->ncols);
+		MemoryContextSwitchTo(old);
+	}
+	else
+	{
+		const char *cols = m->kind == MODEL_SVM ? "coef, dep_var_mapping" : "coef";
+		double	   *coef;
+		Datum		c = model_value(psprintf("SELECT %s FROM %s", cols, name), name, 1, &isnull);
+
+		if (isnull)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s has no coefficients", name)));
+		coef = float8s(c, &m->ncoef, 1, NULL);
+		old = MemoryContextSwitchTo(mcxt);
+		m->coef = palloc(sizeof(double) * Max(1, m->ncoef));
+		memcpy(m->coef, coef, sizeof(double) * m->ncoef);
+		MemoryContextSwitchTo(old);
+		if (m->kind == MODEL_SVM)
+		{
+			int			nl;
+			double	   *labels;
+			Datum		l = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+
+			if (isnull || (labels = float8s(l, &nl, 1, NULL), nl != 2))
+				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s lacks its two labels", name)));
+			m->labels[0] = labels[0];
+			m->labels[1] = labels[1];
+		}
+	}
+	SPI_finish();
+	AtEOXact_GUC(true, nest);
+	return m;
+}
+
+static Model *
+cached_model(FunctionCallInfo fcinfo)
+{
+	Oid			relid = PG_GETARG_OID(0);
+	Model	   *m = (Model *) fcinfo->flinfo->fn_extra;
+
+	if (m == NULL || m->relid != relid)
+	{
+		m = load_model(relid, fcinfo->flinfo->fn_mcxt);
+		fcinfo->flinfo->fn_extra = m;
+	}
+	return m;
+}
+
+static int
+find_id(const int64 *ids, int n, double x)
+{
+	int			lo = 0,
+				hi = n - 1;
+	int64		id;
+
+	if (x != floor(x) || x < (double) PG_INT64_MIN || x >= -(double) PG_INT64_MIN)
+		return -1;
+	id = (int64) x;
+	while (lo <= hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+
+		if (ids[mid] == id)
+			return mid;
+		if (ids[mid] < id)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return -1;
+}
+
+/* The score of `features` (NULL features or a NULL element: *isnull). */
+static double
+model_score(Model *m, ArrayType *a, bool *isnull)
+{
+	int			n;
+	const double *x;
+	double		s = 0.0;
+	int			i;
+
+	*isnull = false;
+	if (array_contains_nulls(a))
+	{
+		*isnull = true;
+		return 0.0;
+	}
+	if (ARR_NDIM(a) > 1)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("features must be a one-dimensional array")));
+	n = ArrayGetNItems(ARR_NDIM(a), ARR_DIMS(a));
+	x = (const double *) ARR_DATA_PTR(a);
+	if (m->kind == MODEL_LMF)
+	{
+		int			r,
+					c;
+
+		if (n != 2)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("LMF models predict from ARRAY[row id, column id], not %d values", n)));
+		r = find_id(m->row_ids, m->nrows, x[0]);
+		c = find_id(m->col_ids, m->ncols, x[1]);
+		if (r < 0 || c < 0)
+		{
+			*isnull = true;		/* an id the model has not seen */
+			return 0.0;
+		}
+		for (i = 0; i < m->rank; i++)
+			s += m->u[(size_t) r * m->rank + i] * m->v[(size_t) c * m->rank + i];
+		return s;
+	}
+	if (n == m->ncoef)
+	{
+		for (i = 0; i < n; i++)
+			s += m->coef[i] * x[i];
+		return s;
+	}
+	if (n == m->ncoef - 1 && m->intercept)
+	{
+		s = m->coef[0];
+		for (i = 0; i < n; i++)
+			s += m->coef[i + 1] * x[i];
+		return s;
+	}
+	ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					errmsg("the model has %d coefficients; %d features do not fit it", m->ncoef, n),
+					errdetail(m->intercept ? "It takes %d features, or %d with a leading 1 for its intercept." :
+							  "It takes %d features.", m->ncoef - 1, m->ncoef)));
+	return 0.0;
+}
+
+/* The score of predict's arguments (model, features): false when it is NULL (a NULL argument or
+ * element).  `proba`: the model must be a logistic regression's. */
+static bool
+score_call(FunctionCallInfo fcinfo, bool proba, Model **mp, double *s)
+{
+	Model	   *m;
+	bool		isnull;
+
+	if (PG_ARGISNULL(0))
+		return false;
+	m = *mp = cached_model(fcinfo);
+	if (proba && m->kind != MODEL_LOGREGR)
+		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
+						errmsg("predict_proba needs a logistic regression model; %s is not one",
+							   get_rel_name(m->relid))));
+	if (PG_ARGISNULL(1))
+		return false;
+	*s = model_score(m, PG_GETARG_ARRAYTYPE_P(1), &isnull);
+	return !isnull;
+}
+
+PG_FUNCTION_INFO_V1(learnedidx_predict);
+
+/* learnedidx.predict(model regclass, features float8[]): the score (linregr and DSL models), the
+ * class 0/1 (logregr), the label (svm) or u[row] . v[column] (lmf). */
+Datum
+learnedidx_predict(PG_FUNCTION_ARGS)
+{
+	Model	   *m;
+	double		s;
+
+	if (!score_call(fcinfo, false, &m, &s))
+		PG_RETURN_NULL();
+	switch (m->kind)
+	{
+		case MODEL_LOGREGR: PG_RETURN_FLOAT8(s > 0 ? 1.0 : 0.0);
+		case MODEL_SVM: PG_RETURN_FLOAT8(s > 0 ? m->labels[1] : m->labels[0]);
+		default: PG_RETURN_FLOAT8(s);
+	}
+}
+
+PG_FUNCTION_INFO_V1(learnedidx_predict_proba);
+
+/* learnedidx.predict_proba(model regclass, features float8[]): P(y = 1) of a logregr model,
+ * computed without overflow for any score. */
+Datum
+learnedidx_predict_proba(PG_FUNCTION_ARGS)
+{
+	Model	   *m;
+	double		s;
+
+	if (!score_call(fcinfo, true, &m, &s))
+		PG_RETURN_NULL();
+	PG_RETURN_FLOAT8(s >= 0 ? 1.0 / (1.0 + exp(-s)) : exp(s) / (1.0 + exp(s)));
+}
