@@ -3,7 +3,6 @@
 # a virtualenv with the package and its test extras, the extension files, and PGXS for the
 # tests that run `make install` / `make installcheck` in extension/) and run them.
 source "$(dirname "$0")/../docker/install.sh"
-apt_install postgresql-server-dev-15 make
 cd "$REPO"
 
 export NUMBA_CACHE_DIR=/var/tmp/learnedidx-numba-cache
