@@ -42,6 +42,7 @@ class Algorithm:
     split: set  # per-tuple functions whose result is a scaled vector or rank-1 matrix
     accumulators: list[str] = field(default_factory=list)
     update_args: list[str] = field(default_factory=list)
+    symmetric: set = field(default_factory=set)  # split functions of the form s * outer(a, a)
     kernels: dict = field(default_factory=dict)  # (kernel, plan) -> compiled kernel
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -160,6 +161,12 @@ def _cost(funcs: dict[str, ast.FunctionDef]) -> KernelCost:
     return KernelCost(max(1, vector), matrix, nonlinear, solve)
 
 
+def _symmetric(split: ast.FunctionDef) -> bool:
+    """Whether a split variant returns ``(s, a, a)``: a rank-1 matrix symmetric by construction."""
+    parts = split.body[-1].value.elts
+    return len(parts) == 3 and all(isinstance(p, ast.Name) for p in parts[1:]) and parts[1].id == parts[2].id
+
+
 def _split(fn: ast.FunctionDef) -> ast.FunctionDef | None:
     """For ``return s * a`` (``a`` an argument) or ``return s * outer(a, b)``: a variant
     returning ``(s, a)`` / ``(s, a, b)``, so kernels accumulate without a temporary per tuple."""
@@ -240,4 +247,5 @@ def compile_algorithm(name: str, source: str) -> Algorithm:
     if "update" in funcs:
         ns["update"] = _bounded_update(ns["update"], ns)
     compiled = {k: v for k, v in ns.items() if k in funcs or k.endswith("__split")}
-    return Algorithm(name, source, settings, form, _cost(funcs), compiled, set(split), accs, update_args)
+    return Algorithm(name, source, settings, form, _cost(funcs), compiled, set(split), accs, update_args,
+                     symmetric={name for name, fn in split.items() if _symmetric(fn)})

@@ -15,7 +15,7 @@ def sigmoid(z):
     return 1.0 / (1.0 + np.exp(-z))
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def dot(a, b):
     s = 0.0
     for i in range(a.shape[0]):

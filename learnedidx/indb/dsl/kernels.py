@@ -67,16 +67,53 @@ def _kernel(X, y, w, lr0, schedule, t0, order, batch, l2):
 '''
 
 
+#: Rows whose rank-1 terms are gathered before they are added to their accumulator at once.
+BLOCK = 64
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def add_block(SA, SB, A, rows, symmetric):
+    """``A += SA[:, :rows] @ SB[:, :rows].T`` (only its upper triangle computed when symmetric):
+    ``rows`` rank-1 terms at once, so that A stays in registers and cache while they add."""
+    for j in range(A.shape[0]):
+        for k in range(j if symmetric else 0, A.shape[1]):
+            s = 0.0
+            for q in range(rows):
+                s += SA[j, q] * SB[k, q]
+            A[j, k] += s
+            if symmetric and k != j:
+                A[k, j] += s
+
+
 def _accumulate_source(plan: tuple, names: list[str], loss: bool) -> str:
-    body = [line for name, mode in zip(names, plan) for line in _add(f"A_{name}", f"acc_{name}", mode, "w, x, t")]
+    """An accumulation pass: per tuple, ``scalar``/``array``/``scaled`` results are added at once,
+    ``rank1``/``rank1s`` (symmetric) terms gathered for BLOCK tuples, then added together."""
+    body, setup, flush = [], [], []
+    for i, (name, mode) in enumerate(zip(names, plan)):
+        target, fn = f"A_{name}", f"acc_{name}"
+        if mode != "rank1" and mode != "rank1s":
+            body += _add(target, fn, mode, "w, x, t")
+        else:
+            setup += [f"SA_{name} = np.empty(({target}.shape[0], {BLOCK}))",
+                      f"SB_{name} = np.empty(({target}.shape[1], {BLOCK}))"]
+            body += [f"_s{i}, _a{i}, _b{i} = {fn}__split(w, x, t)",
+                     f"if _a{i}.shape[0] != {target}.shape[0] or _b{i}.shape[0] != {target}.shape[1]:",
+                     f"    raise ValueError('{fn} changed shape between tuples')",
+                     f"for _j in range(_a{i}.shape[0]):", f"    SA_{name}[_j, _r] = _s{i} * _a{i}[_j]",
+                     f"for _j in range(_b{i}.shape[0]):", f"    SB_{name}[_j, _r] = _b{i}[_j]"]
+            flush.append(f"_add_block(SA_{name}, SB_{name}, {target}, _r, {mode == 'rank1s'})")
     if loss:
         body.append("L[0] += loss(w, x, t)")
+    if flush:
+        body += ["_r += 1", f"if _r == {BLOCK}:"] + ["    " + f for f in flush] + ["    _r = 0"]
     return f'''
 def _kernel(X, y, w, lo, hi, {", ".join(f"A_{n}" for n in names)}, L):
-    for i in range(lo, hi):
+    _r = 0
+{_indent(setup, 4)}    for i in range(lo, hi):
         x = X[i]
         t = y[i]
-{_indent(body, 8)}    return 0
+{_indent(body, 8)}    if _r > 0:
+{_indent(flush or ["pass"], 8)}    return 0
 '''
 
 
@@ -126,7 +163,7 @@ def _kernel(alg: Algorithm, key: tuple, source: str):
     """The compiled kernel for ``key`` (kind and plan), generated from ``source`` once."""
     with alg.lock:
         if key not in alg.kernels:
-            ns = {**alg.namespace, "np": np, "_rate": rate}
+            ns = {**alg.namespace, "np": np, "_rate": rate, "_add_block": add_block}
             exec(source, ns)  # generated from the validated algorithm
             alg.kernels[key] = njit(nogil=True)(ns["_kernel"])
         return alg.kernels[key]
@@ -168,6 +205,8 @@ def accumulate_kernel(alg: Algorithm, w, x, y) -> tuple:
     """(``kernel(X, y, w, lo, hi, *accumulators, loss)``, modes, accumulator shapes): one
     pass adding every ``acc_*`` of tuples lo..hi-1 (and their loss) into the given arrays."""
     modes = tuple(_mode(alg, f"acc_{a}", w, x, y) for a in alg.accumulators)
+    modes = tuple("rank1s" if m == "rank1" and f"acc_{a}" in alg.symmetric else m
+                  for a, m in zip(alg.accumulators, modes))
     kernel = _kernel(alg, ("accumulate", modes), _accumulate_source(modes, alg.accumulators, alg.has_loss))
     shapes = [np.shape(alg.namespace[f"acc_{a}"](w, x, y)) or (1,) for a in alg.accumulators]
     return kernel, modes, shapes
