@@ -19,8 +19,11 @@
  */
 #include "postgres.h"
 
+#include <fcntl.h>
 #include <math.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -64,12 +67,23 @@ PG_MODULE_MAGIC;
 #define LX_CONTROL 2			/* flags: a binary control frame of the stream */
 #define LX_MAX_REPLY (64 << 20) /* protocol.DEFAULT_MAX_MESSAGE */
 #define HELLO_TIMEOUT_MS 5000
-#define PAGES_PER_FRAME 64		/* 512 KiB of pages per data frame */
-#define ROW_FRAME_BYTES (512 << 10)
 
-/* Control frame payload: 'S', reader (READ_AS_CHOSEN | READ_QUERY), 2 bytes padding, pass u32. */
+/* Control frame payloads (learnedidx.server.stream):
+ *   'S', reader (READ_AS_CHOSEN | READ_QUERY), 2 bytes padding, pass u32, then why (text):
+ *        stream pass `pass` over the data;
+ *   'M', 3 bytes padding, slots u32, slot bytes u32, with a file descriptor (SCM_RIGHTS): the
+ *        ring, a memfd the server sealed against shrinking, which the data travel through;
+ *   'F', 3 bytes padding, slot u32: the server is done with that slot of the ring.
+ * The data frame of a filled slot: 'K', kind (SLOT_PAGES | SLOT_ROWS), 2 bytes padding, slot
+ * u32, count u32 (pages or rows), extra u32 (visible tuples, or float8 per row), then for pages
+ * the block numbers (u32 each). */
 #define READ_AS_CHOSEN 0
 #define READ_QUERY 1
+#define SLOT_PAGES 'P'
+#define SLOT_ROWS 'R'
+#define SLOT_HEADER 16
+#define RING_MAX_SLOTS 64
+#define RING_MAX_SLOT_BYTES (16 << 20)
 
 static char *socket_path = NULL;
 
@@ -109,10 +123,25 @@ _PG_init(void)
 							   &socket_path, default_socket_path(), PGC_SUSET, 0, NULL, NULL, NULL);
 }
 
+/* The ring: the server's shared memory the data travel through, mapped here (no copy of the
+ * data crosses the socket).  The backend fills a free slot and names it in a 'K' frame; the
+ * server decodes it and frees it with an 'F' frame. */
+typedef struct Ring
+{
+	char	   *base;			/* mapped; NULL until the server sends it */
+	size_t		size;
+	uint32		nslots;
+	uint32		slot_bytes;
+	bool		busy[RING_MAX_SLOTS];	/* filled and not yet freed by the server */
+} Ring;
+
 typedef struct Conn
 {
 	pgsocket	fd;
 	const char *path;
+	int			passed_fd;		/* a descriptor the server sent (SCM_RIGHTS), -1 when none */
+	Ring		ring;
+	char	   *reply;			/* the server's reply, when it ended the call while we stream */
 } Conn;
 
 static void
@@ -157,6 +186,28 @@ conn_write(Conn *c, const char *buf, size_t len)
 	}
 }
 
+/* Keep the descriptor a message carries (the ring's memory); refuse anything else. */
+static void
+take_descriptor(Conn *c, struct msghdr *msg)
+{
+	struct cmsghdr *cm;
+
+	for (cm = CMSG_FIRSTHDR(msg); cm != NULL; cm = CMSG_NXTHDR(msg, cm))
+	{
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int)))
+		{
+			int			fd;
+
+			memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+			if (c->passed_fd >= 0)
+				close(c->passed_fd);
+			c->passed_fd = fd;
+		}
+	}
+	if (msg->msg_flags & MSG_CTRUNC)
+		conn_fail(c, "the server sent more than one descriptor");
+}
+
 /* Read exactly len bytes; false when the peer closed the connection before the first byte. */
 static bool
 conn_read(Conn *c, char *buf, size_t len, long timeout_ms)
@@ -165,8 +216,23 @@ conn_read(Conn *c, char *buf, size_t len, long timeout_ms)
 
 	while (got < len)
 	{
-		ssize_t		n = recv(c->fd, buf + got, len - got, 0);
+		union
+		{
+			char		buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		}			control;
+		struct iovec iov = {buf + got, len - got};
+		struct msghdr msg;
+		ssize_t		n;
 
+		memset(&msg, 0, sizeof(msg));
+		msg.msg_iov = &iov;
+		msg.msg_iovlen = 1;
+		msg.msg_control = control.buf;
+		msg.msg_controllen = sizeof(control.buf);
+		n = recvmsg(c->fd, &msg, MSG_CMSG_CLOEXEC);
+		if (n > 0)
+			take_descriptor(c, &msg);
 		if (n > 0)
 			got += n;
 		else if (n == 0)
@@ -193,6 +259,14 @@ put_u32be(char *p, uint32 v)
 	p[1] = (char) (v >> 16);
 	p[2] = (char) (v >> 8);
 	p[3] = (char) v;
+}
+
+static uint32
+get_u32be(const char *p)
+{
+	const unsigned char *u = (const unsigned char *) p;
+
+	return ((uint32) u[0] << 24) | ((uint32) u[1] << 16) | ((uint32) u[2] << 8) | u[3];
 }
 
 static void
@@ -489,52 +563,156 @@ hide_invisible(Page page, const OffsetNumber *vis, int nvis)
 	}
 }
 
-/* A reply the server sent while we stream (it stops early on an error): returned, or NULL. */
-static char *
-early_reply(Conn *c)
+/* Map the ring the server sent ('M' frame): its descriptor must be a memfd sealed against
+ * shrinking, so that no truncation can fault the backend while it writes. */
+static void
+ring_map(Conn *c, const char *frame, uint32 len)
+{
+	uint32		nslots,
+				slot_bytes;
+	struct stat st;
+	int			seals;
+	char	   *base;
+
+	if (len < 12)
+		conn_fail(c, "a malformed ring frame");
+	nslots = get_u32be(frame + 4);
+	slot_bytes = get_u32be(frame + 8);
+	if (c->passed_fd < 0)
+		conn_fail(c, "a ring frame without its memory");
+	if (c->ring.base != NULL)
+		conn_fail(c, "a second ring");
+	if (nslots < 1 || nslots > RING_MAX_SLOTS || slot_bytes < BLCKSZ || slot_bytes > RING_MAX_SLOT_BYTES ||
+		slot_bytes % BLCKSZ != 0)
+		conn_fail(c, "a ring of unsupported shape");
+	if (fstat(c->passed_fd, &st) < 0 || st.st_size < (off_t) nslots * slot_bytes)
+		conn_fail(c, "the ring's memory is smaller than the ring");
+	seals = fcntl(c->passed_fd, F_GET_SEALS);
+	if (seals < 0 || (seals & F_SEAL_SHRINK) == 0)
+		conn_fail(c, "the ring's memory is not sealed against shrinking");
+	base = mmap(NULL, (size_t) nslots * slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->passed_fd, 0);
+	if (base == MAP_FAILED)
+		conn_fail(c, psprintf("cannot map the ring (%m)"));
+	close(c->passed_fd);
+	c->passed_fd = -1;
+	c->ring.base = base;
+	c->ring.size = (size_t) nslots * slot_bytes;
+	c->ring.nslots = nslots;
+	c->ring.slot_bytes = slot_bytes;
+	memset(c->ring.busy, 0, sizeof(c->ring.busy));
+}
+
+/* An 'F' frame: the server is done with a slot. */
+static void
+ring_free(Conn *c, const char *frame)
+{
+	uint32		slot = get_u32be(frame + 4);
+
+	if (c->ring.base == NULL || slot >= c->ring.nslots || !c->ring.busy[slot])
+		conn_fail(c, "the server freed a slot it did not hold");
+	c->ring.busy[slot] = false;
+}
+
+/* Handle one frame the server sends while data flow: 'F' frees a slot; a JSON frame is the
+ * reply that ends the call (kept in c->reply).  `wait`: block for it, else only read one that
+ * has arrived.  False when no frame was read. */
+static bool
+server_frame(Conn *c, bool wait)
 {
 	int			flags;
 	uint32		len;
 	char		b;
-	char	   *reply;
+	char	   *frame;
 
-	if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1)
-		return NULL;
-	reply = read_frame(c, &flags, &len, -1);
-	if (reply == NULL || flags != LX_JSON)
-		conn_fail(c, "unexpected frame while streaming");
-	return reply;
+	if (!wait && recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) != 1)
+		return false;
+	frame = read_frame(c, &flags, &len, -1);
+	if (frame == NULL)
+		conn_fail(c, "the server closed the connection mid-request");
+	if (flags == LX_JSON)
+	{
+		c->reply = frame;
+		return true;
+	}
+	if (flags == LX_CONTROL && len >= 8 && frame[0] == 'F')
+	{
+		ring_free(c, frame);
+		pfree(frame);
+		return true;
+	}
+	conn_fail(c, "unexpected frame while streaming");
+	return false;
 }
 
-/* Send a data frame of pages: 'P', 3 bytes padding, page count u32, block numbers u32[count]
- * (padded to 8 bytes), then the pages.  Returns the server's reply if it ended the call. */
-static char *
-send_pages(Conn *c, const char *pages, const uint32 *blocks, int count)
+/* A free slot of the ring, waiting for the server to free one; -1 when the server ended the
+ * call instead (its reply in c->reply). */
+static int
+ring_acquire(Conn *c)
 {
-	char		head[LX_HEADER + 8 + PAGES_PER_FRAME * 4 + 4];
-	int			nb = (count * 4 + 7) & ~7;
-	int			i;
+	if (c->ring.base == NULL)
+		conn_fail(c, "the server asked for data without a ring");
+	while (c->reply == NULL)
+	{
+		uint32		i;
 
-	frame_header(head, LX_DATA, 8 + nb + (uint32) count * BLCKSZ);
-	memset(head + LX_HEADER, 0, 8 + nb);
-	head[LX_HEADER] = 'P';
-	put_u32be(head + LX_HEADER + 4, count);
-	for (i = 0; i < count; i++)
-		put_u32be(head + LX_HEADER + 8 + 4 * i, blocks[i]);
-	conn_write(c, head, LX_HEADER + 8 + nb);
-	conn_write(c, pages, (size_t) count * BLCKSZ);
-	return early_reply(c);
+		for (i = 0; i < c->ring.nslots; i++)
+			if (!c->ring.busy[i])
+			{
+				c->ring.busy[i] = true;
+				return (int) i;
+			}
+		server_frame(c, true);
+	}
+	return -1;
 }
 
+static inline char *
+ring_slot(Conn *c, int slot)
+{
+	return c->ring.base + (size_t) slot * c->ring.slot_bytes;
+}
+
+/* Hand a filled slot to the server ('K' frame; `blocks`: the pages' block numbers, or NULL) and
+ * read what the server has sent meanwhile.  False when the server ended the call. */
+static bool
+ring_submit(Conn *c, int slot, char kind, uint32 count, uint32 extra, const uint32 *blocks)
+{
+	uint32		nb = blocks ? count : 0;
+	char	   *f = palloc(LX_HEADER + SLOT_HEADER + 4 * nb);
+	uint32		i;
+
+	frame_header(f, LX_DATA, SLOT_HEADER + 4 * nb);
+	memset(f + LX_HEADER, 0, SLOT_HEADER);
+	f[LX_HEADER] = 'K';
+	f[LX_HEADER + 1] = kind;
+	put_u32be(f + LX_HEADER + 4, slot);
+	put_u32be(f + LX_HEADER + 8, count);
+	put_u32be(f + LX_HEADER + 12, extra);
+	for (i = 0; i < nb; i++)
+		put_u32be(f + LX_HEADER + SLOT_HEADER + 4 * i, blocks[i]);
+	conn_write(c, f, LX_HEADER + SLOT_HEADER + 4 * nb);
+	pfree(f);
+	while (c->reply == NULL && server_frame(c, false))
+		;
+	return c->reply == NULL;
+}
+
+/* Pass `pass` over the relations' heap pages: each page with a tuple the snapshot sees is copied
+ * once, from the buffer into a slot of the ring (under the buffer's share lock), with the line
+ * pointers of the tuples the snapshot does not see marked unused.  Returns the server's reply
+ * when it ended the call, else NULL. */
 static char *
 stream_pages(Conn *c, PageSource *ps, int pass)
 {
-	char	   *pages = palloc(PAGES_PER_FRAME * BLCKSZ);
-	uint32		blocks[PAGES_PER_FRAME];
+	uint32		per_slot;
+	uint32	   *blocks;
 	uint64		tuples = 0;
 	ListCell   *lc;
-	char	   *reply = NULL;
 
+	if (c->ring.base == NULL)
+		conn_fail(c, "the server asked for data without a ring");
+	per_slot = c->ring.slot_bytes / BLCKSZ;
+	blocks = palloc(sizeof(uint32) * per_slot);
 	send_json(c, psprintf("{\"begin\": {\"pass\": %d, \"reader\": \"pages\"}}", pass));
 	foreach(lc, ps->rels)
 	{
@@ -542,37 +720,49 @@ stream_pages(Conn *c, PageSource *ps, int pass)
 		TableScanDesc scan = table_beginscan_strat(rel, GetActiveSnapshot(), 0, NULL, true, false);
 		HeapScanDesc hs = (HeapScanDesc) scan;
 		BlockNumber blk;
-		int			count = 0;
+		int			slot = -1;
+		uint32		count = 0,
+					in_slot = 0;
 
 		send_json(c, relation_layout(rel, ps, hs->rs_nblocks));
-		for (blk = 0; blk < hs->rs_nblocks && reply == NULL; blk++)
+		for (blk = 0; blk < hs->rs_nblocks; blk++)
 		{
-			char	   *dst = pages + (size_t) count * BLCKSZ;
+			char	   *dst;
 
+			CHECK_FOR_INTERRUPTS();
 			heapgetpage(scan, blk); /* visibility: PostgreSQL's, into rs_vistuples */
 			if (hs->rs_ntuples == 0)
 				continue;
+			if (slot < 0)
+			{
+				if ((slot = ring_acquire(c)) < 0)
+					break;
+				count = in_slot = 0;
+			}
+			dst = ring_slot(c, slot) + (size_t) count * BLCKSZ;
 			LockBuffer(hs->rs_cbuf, BUFFER_LOCK_SHARE);
 			memcpy(dst, BufferGetPage(hs->rs_cbuf), BLCKSZ);
 			LockBuffer(hs->rs_cbuf, BUFFER_LOCK_UNLOCK);
 			hide_invisible((Page) dst, hs->rs_vistuples, hs->rs_ntuples);
 			tuples += hs->rs_ntuples;
+			in_slot += hs->rs_ntuples;
 			blocks[count++] = blk;
-			if (count == PAGES_PER_FRAME)
+			if (count == per_slot)
 			{
-				reply = send_pages(c, pages, blocks, count);
-				count = 0;
+				if (!ring_submit(c, slot, SLOT_PAGES, count, in_slot, blocks))
+					break;
+				slot = -1;
 			}
 		}
-		if (count > 0 && reply == NULL)
-			reply = send_pages(c, pages, blocks, count);
+		if (slot >= 0 && count > 0 && c->reply == NULL)
+			ring_submit(c, slot, SLOT_PAGES, count, in_slot, blocks);
 		table_endscan(scan);
 		table_close(rel, NoLock);
-		if (reply != NULL)
-			return reply;
+		if (c->reply != NULL)
+			return c->reply;
 	}
 	send_json(c, psprintf("{\"end\": {\"pass\": %d, \"rows\": " UINT64_FORMAT "}}", pass, tuples));
-	pfree(pages);
+	pfree(blocks);
 	return NULL;
 }
 
@@ -589,8 +779,8 @@ typedef struct RowReceiver
 	int			rowlen;			/* float8 per row; -1 until the first usable row */
 	uint64		rows;
 	uint64		skipped;
-	StringInfoData buf;			/* the data frame being filled */
-	uint32		buffered;		/* rows in buf */
+	int			slot;			/* the ring's slot being filled, -1 when none */
+	uint32		buffered;		/* rows in the slot */
 	bool		array_form;		/* the features are one array column */
 	MemoryContext outer;		/* the caller's context: SPI_finish frees the executor's, and what
 								 * the receiver keeps (buffers, the reply) outlives it */
@@ -634,8 +824,8 @@ rows_startup(DestReceiver *self, int operation, TupleDesc desc)
 							   i == 0 ? "a number or boolean is required" : "numbers or numeric arrays are required")));
 	}
 	r->rowlen = -1;
+	r->slot = -1;
 	r->array_form = desc->natts == 2 && r->elems[1] != InvalidOid;
-	initStringInfo(&r->buf);
 	r->rowcxt = AllocSetContextCreate(r->outer, "learnedidx rows", ALLOCSET_DEFAULT_SIZES);
 	MemoryContextSwitchTo(old);
 }
@@ -656,22 +846,20 @@ scalar_value(Datum d, Oid t)
 	}
 }
 
+/* Hand the slot being filled to the server. */
 static void
 rows_flush(RowReceiver *r)
 {
-	char	   *p = r->buf.data;
 	MemoryContext old;
 
-	if (r->buffered == 0 || r->reply != NULL)
+	if (r->slot < 0 || r->reply != NULL)
 		return;
-	frame_header(p, LX_DATA, r->buf.len - LX_HEADER);
-	put_u32be(p + LX_HEADER + 4, r->buffered);
-	put_u32be(p + LX_HEADER + 8, r->rowlen);
-	conn_write(r->conn, p, r->buf.len);
-	r->buffered = 0;
 	old = MemoryContextSwitchTo(r->outer);
-	r->reply = early_reply(r->conn);
+	if (!ring_submit(r->conn, r->slot, SLOT_ROWS, r->buffered, r->rowlen, NULL))
+		r->reply = r->conn->reply;
 	MemoryContextSwitchTo(old);
+	r->slot = -1;
+	r->buffered = 0;
 }
 
 /* A row: label, then each feature column (numbers, or arrays' elements) as float8.  Rows with a
@@ -684,6 +872,7 @@ rows_receive(TupleTableSlot *slot, DestReceiver *self)
 	int			i;
 	ArrayType **arrays;
 	MemoryContext old;
+	double	   *out;
 
 	if (r->reply != NULL)
 		return false;
@@ -734,27 +923,34 @@ rows_receive(TupleTableSlot *slot, DestReceiver *self)
 		r->rowlen = 0;
 		for (i = 0; i < natts; i++)
 			r->rowlen += arrays[i] ? r->widths[i] : 1;
+		if ((size_t) r->rowlen * sizeof(double) > r->conn->ring.slot_bytes)
+			ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+							errmsg("rows of %d values do not fit the stream's slots of %u bytes", r->rowlen,
+								   r->conn->ring.slot_bytes)));
 	}
 	MemoryContextSwitchTo(old);
-	if (r->buffered == 0)
+	if (r->slot < 0)
 	{
-		resetStringInfo(&r->buf);
-		appendStringInfoSpaces(&r->buf, LX_HEADER + 16);
-		memset(r->buf.data + LX_HEADER, 0, 16);
-		r->buf.data[LX_HEADER] = 'R';
+		old = MemoryContextSwitchTo(r->outer);
+		r->slot = ring_acquire(r->conn);
+		MemoryContextSwitchTo(old);
+		if (r->slot < 0)
+		{
+			r->reply = r->conn->reply;
+			return false;
+		}
+		r->buffered = 0;
 	}
-	enlargeStringInfo(&r->buf, r->rowlen * sizeof(double));
+	out = (double *) (ring_slot(r->conn, r->slot) + (size_t) r->buffered * r->rowlen * sizeof(double));
 	for (i = 0; i < natts; i++)
 	{
-		double	   *out = (double *) (r->buf.data + r->buf.len);
 		ArrayType  *a = arrays[i];
 
 		if (a == NULL)
 		{
 			old = MemoryContextSwitchTo(r->rowcxt);
-			*out = scalar_value(slot->tts_values[i], r->types[i]);
+			*out++ = scalar_value(slot->tts_values[i], r->types[i]);
 			MemoryContextSwitchTo(old);
-			r->buf.len += sizeof(double);
 		}
 		else
 		{
@@ -781,11 +977,10 @@ rows_receive(TupleTableSlot *slot, DestReceiver *self)
 						MemoryContextSwitchTo(old);
 					}
 			}
-			r->buf.len += n * sizeof(double);
+			out += n;
 		}
 	}
-	r->buf.data[r->buf.len] = '\0';
-	if (++r->buffered >= 1 + ROW_FRAME_BYTES / (r->rowlen * sizeof(double) + 1))
+	if ((size_t) ++r->buffered * r->rowlen * sizeof(double) + r->rowlen * sizeof(double) > r->conn->ring.slot_bytes)
 		rows_flush(r);
 	return r->reply == NULL;
 }
@@ -902,7 +1097,8 @@ learnedidx_offload(PG_FUNCTION_ARGS)
 	(void) JsonbToCString(&req, &args->root, VARSIZE(args));
 	appendStringInfoString(&req, "}");
 
-	conn.path = NULL;
+	memset(&conn, 0, sizeof(conn));
+	conn.passed_fd = -1;
 	conn.fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (conn.fd < 0)
 		ereport(ERROR, (errcode_for_socket_access(), errmsg("cannot create a socket: %m")));
@@ -920,10 +1116,13 @@ learnedidx_offload(PG_FUNCTION_ARGS)
 				conn_fail(&conn, "the server closed the connection mid-request");
 			if (flags == LX_JSON)
 				reply = frame;
+			else if (flags == LX_CONTROL && len >= 12 && frame[0] == 'M')
+				ring_map(&conn, frame, len);
+			else if (flags == LX_CONTROL && len >= 8 && frame[0] == 'F')
+				ring_free(&conn, frame);
 			else if (flags == LX_CONTROL && len >= 8 && frame[0] == 'S')
 			{
-				int			pass = ((uint8) frame[4] << 24) | ((uint8) frame[5] << 16) | ((uint8) frame[6] << 8) |
-					(uint8) frame[7];
+				int			pass = (int) get_u32be(frame + 4);
 
 				if (frame[1] == READ_QUERY && pages)
 				{
@@ -948,6 +1147,10 @@ learnedidx_offload(PG_FUNCTION_ARGS)
 	PG_FINALLY();
 	{
 		close(conn.fd);
+		if (conn.passed_fd >= 0)
+			close(conn.passed_fd);
+		if (conn.ring.base != NULL)
+			munmap(conn.ring.base, conn.ring.size);
 	}
 	PG_END_TRY();
 	PG_RETURN_TEXT_P(cstring_to_text(reply));

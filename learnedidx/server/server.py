@@ -216,6 +216,7 @@ class Server:
                 finally:
                     with self._stats_lock:
                         self._streams.discard(stream)
+                    stream.close()
                 if stream.closed.is_set():  # the caller is gone: nobody to answer
                     P.unlink(paths)
                     return

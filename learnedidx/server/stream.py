@@ -1,21 +1,29 @@
 """The data stream of one call on a connection: the server asks the caller for passes over its
 data and reads them (docs/protocol.md, "The data stream of indb.train").
 
-The caller is a PostgreSQL backend (``extension/learnedidx.c``) that sends, per pass, a JSON
-``begin`` frame, per relation a JSON ``relation`` frame and binary page frames (the page path)
-or binary row frames (the query path), and a JSON ``end`` frame.  While the call computes the
-caller sends nothing, so the connection becoming readable means it closed: the caller's
-statement was cancelled, timed out or ended, or its database went away; :meth:`CallStream.watch`
-turns that into the call's stop flag.
+The caller is a PostgreSQL backend (``extension/learnedidx.c``).  The data travel through a
+ring of slots in shared memory that the server creates once per call (a memfd sealed against
+shrinking, sent with the first pass request): the backend copies heap pages (the page path) or
+float8 rows (the query path) into a free slot and names it in a small data frame; the server
+decodes the slot and frees it with a control frame.  No data cross the socket, and the ring's
+size, not the table's, bounds the memory in flight.  Per pass the backend also sends a JSON
+``begin`` frame, per relation a JSON ``relation`` frame, and a JSON ``end`` frame.
+
+While the call computes the caller sends nothing, so the connection becoming readable means it
+closed: the caller's statement was cancelled, timed out or ended, or its database went away;
+:meth:`CallStream.watch` turns that into the call's stop flag.
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import mmap
 import os
 import select
 import socket
 import struct
 import threading
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -23,16 +31,33 @@ import numpy as np
 from learnedidx.errors import CancelledError, ProtocolError
 from learnedidx.server import protocol as P
 
-#: Control frame: b"S", reader (0: as the caller chose, 1: the query path), 2 bytes of padding,
-#: the pass number (u32 big-endian), then a UTF-8 reason when the reader is the query path.
+#: Control frames (server to caller): pass requests (b"S", reader: 0 as the caller chose, 1 the
+#: query path; the pass number; then a UTF-8 reason when the reader is the query path), the
+#: ring (b"M", its slots and their bytes, with the memfd attached), a freed slot (b"F").
 CONTROL = struct.Struct(">cBxxI")
+RING = struct.Struct(">c3xII")
+FREE = struct.Struct(">c3xI")
 AS_CHOSEN, QUERY = 0, 1
-#: Data frame sub-headers: pages (b"P", padding, count; then count block numbers, padded to
-#: 8 bytes, then the pages) and rows (b"R", padding, rows, floats per row, padding).
-PAGES = struct.Struct(">c3xI")
-ROWS = struct.Struct(">c3xII4x")
+#: The data frame of a filled slot: b"K", kind (b"P" pages, b"R" rows), padding, the slot, its
+#: pages or rows, then the pages' visible tuples or the float8 per row; for pages, their block
+#: numbers follow (u32 each).
+SLOT = struct.Struct(">ccxxIII")
 PAGE_SIZE = 8192
+RING_SLOTS = 16  #: slots of the ring
+SLOT_BYTES = 128 * PAGE_SIZE  #: bytes per slot (1 MiB)
 POLL_SECONDS = 0.1  #: how often a computing call looks at its connection
+
+
+@dataclass
+class Slot:
+    """A filled slot, the server's until :meth:`CallStream.release`: ``pages`` (count × 8192
+    bytes) with their ``blocks`` and visible ``tuples``, or ``rows`` (count × floats per row)."""
+
+    index: int
+    pages: np.ndarray | None = None
+    blocks: np.ndarray | None = None
+    tuples: int = 0
+    rows: np.ndarray | None = None
 
 
 class CallStream:
@@ -43,6 +68,10 @@ class CallStream:
         self.max_message = max_message
         self.closed = threading.Event()  #: the caller is gone (or the server stops): stop working
         self.in_pass = False
+        self._send = threading.Lock()  # decoding threads free slots while the call reads frames
+        self._map: mmap.mmap | None = None
+        self._ring: np.ndarray | None = None
+        self._held: set[int] = set()  # slots the caller filled and the server has not freed
 
     def _gone(self) -> CancelledError:
         self.closed.set()
@@ -69,15 +98,71 @@ class CallStream:
         self._recv_into(payload)
         return flags, payload
 
+    def _sendall(self, data: bytes, fds: list[int] | None = None) -> None:
+        with self._send:
+            try:
+                if fds:
+                    socket.send_fds(self.sock, [data], fds)
+                else:
+                    self.sock.sendall(data)
+            except OSError:
+                raise self._gone() from None
+
+    def _open_ring(self) -> None:
+        """Create the ring (a memfd sealed against shrinking, growing and resealing) and send it."""
+        size = RING_SLOTS * SLOT_BYTES
+        fd = os.memfd_create("learnedidx-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        try:
+            os.ftruncate(fd, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+            self._map = mmap.mmap(fd, size)
+            self._ring = np.frombuffer(self._map, np.uint8).reshape(RING_SLOTS, SLOT_BYTES)
+            self._sendall(P.encode_binary(P.CONTROL, RING.pack(b"M", RING_SLOTS, SLOT_BYTES)), [fd])
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """Unmap the ring (once nothing refers to it any more)."""
+        self._ring = None
+        if self._map is not None:
+            with contextlib.suppress(BufferError):
+                self._map.close()
+                self._map = None
+
+    def release(self, slot: Slot) -> None:
+        """Give ``slot`` back to the caller (its data must not be used after)."""
+        self._held.discard(slot.index)
+        if not self.closed.is_set():
+            with contextlib.suppress(CancelledError):
+                self._sendall(P.encode_binary(P.CONTROL, FREE.pack(b"F", slot.index)))
+
+    def _slot(self, payload: np.ndarray) -> Slot:
+        if len(payload) < SLOT.size:
+            raise ProtocolError("a malformed slot frame")
+        _, kind, index, count, extra = SLOT.unpack_from(payload)
+        if index >= RING_SLOTS or index in self._held or count == 0:
+            raise ProtocolError("a slot frame names a slot the caller does not hold")
+        data = self._ring[index]
+        if kind == b"P" and count * PAGE_SIZE <= SLOT_BYTES and len(payload) == SLOT.size + 4 * count:
+            self._held.add(index)
+            return Slot(index, pages=data[:count * PAGE_SIZE].reshape(count, PAGE_SIZE),
+                        blocks=payload[SLOT.size:].view(">u4"), tuples=extra)
+        if kind == b"R" and extra > 0 and count * extra * 8 <= SLOT_BYTES and len(payload) == SLOT.size:
+            self._held.add(index)
+            return Slot(index, rows=data[:count * extra * 8].view("<f8").reshape(count, extra))
+        raise ProtocolError("a malformed slot frame")
+
     def request_pass(self, number: int, query: bool = False, why: str = "") -> Iterator[tuple[str, object]]:
         """Ask for pass ``number`` (on the query path when ``query``, telling the caller ``why``)
-        and yield its frames: ("begin", {...}), ("relation", {...}), ("pages", (blocks, pages)),
-        ("rows", rows × floats), ("end", {...})."""
+        and yield its frames: ("begin", {...}), ("relation", {...}), ("slot", :class:`Slot`),
+        ("end", {...}).  Every slot must be given back with :meth:`release`."""
         if self.closed.is_set():
             raise self._gone()
-        self.sock.sendall(P.encode_binary(P.CONTROL, CONTROL.pack(b"S", QUERY if query else AS_CHOSEN, number)
-                                          + why.encode()))
-        self.in_pass = True
+        if self._ring is None:
+            self._open_ring()
+        self.in_pass = True  # before the request: the watch must not take the answer for a hang-up
+        self._sendall(P.encode_binary(P.CONTROL, CONTROL.pack(b"S", QUERY if query else AS_CHOSEN, number)
+                                      + why.encode()))
         while True:
             flags, payload = self._frame()
             if flags == P.JSON:
@@ -90,18 +175,8 @@ class CallStream:
                 yield kind, body
                 if kind == "end":
                     return
-            elif flags == P.DATA and payload[:1].tobytes() == b"P" and len(payload) >= PAGES.size:
-                _, count = PAGES.unpack_from(payload)
-                start = PAGES.size + (count * 4 + 7) // 8 * 8
-                if len(payload) != start + count * PAGE_SIZE:
-                    raise ProtocolError("a page frame of the wrong size")
-                blocks = payload[PAGES.size:PAGES.size + 4 * count].view(">u4")
-                yield "pages", (blocks, payload[start:].reshape(count, PAGE_SIZE))
-            elif flags == P.DATA and payload[:1].tobytes() == b"R" and len(payload) >= ROWS.size:
-                _, rows, width = ROWS.unpack_from(payload)
-                if width == 0 or len(payload) != ROWS.size + rows * width * 8:
-                    raise ProtocolError("a row frame of the wrong size")
-                yield "rows", payload[ROWS.size:].view("<f8").reshape(rows, width)
+            elif flags == P.DATA and payload[:1].tobytes() == b"K":
+                yield "slot", self._slot(payload)
             else:
                 raise ProtocolError("unexpected frame in the data stream")
 
@@ -115,21 +190,35 @@ class CallStream:
                 if flags == P.JSON and b'"end"' in payload[:8].tobytes():
                     return
 
+    def _hung_up(self) -> bool:
+        """Whether the caller closed the connection (or sent data, which it does in passes only):
+        poll's word may be stale, a pass having read the data since."""
+        try:
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            pass
+        return True
+
     @contextlib.contextmanager
     def watch(self):
         """While the body runs, a thread sets :attr:`closed` as soon as the caller's connection
-        closes (or sends anything, which it must not while the call computes)."""
+        closes (or sends anything outside a pass, which it must not while the call computes;
+        in a pass, reading the stream notices a closed connection)."""
         wake_r, wake_w = os.pipe()  # ends the watch at once
 
         def run() -> None:
             poller = select.poll()
             poller.register(self.sock, select.POLLIN | select.POLLHUP | select.POLLERR | select.POLLRDHUP)
             poller.register(wake_r, select.POLLIN)
+            idle = select.poll()
+            idle.register(wake_r, select.POLLIN)
             while not self.closed.is_set():
-                events = dict(poller.poll(POLL_SECONDS * 1000))
+                events = dict((idle if self.in_pass else poller).poll(POLL_SECONDS * 1000))
                 if wake_r in events:
                     return
-                if events:
+                if events and self._hung_up() and not self.in_pass:
                     self.closed.set()
 
         t = threading.Thread(target=run, name="learnedidx-watch", daemon=True)

@@ -39,9 +39,15 @@ def test_the_frame_header_is_the_protocols():
 
 def test_the_stream_codes_are_the_servers():
     assert (c_int("READ_AS_CHOSEN"), c_int("READ_QUERY")) == (stream.AS_CHOSEN, stream.QUERY)
-    assert c_int("PAGES_PER_FRAME") * stream.PAGE_SIZE + stream.PAGES.size + 4 * c_int("PAGES_PER_FRAME") \
-        <= protocol.DEFAULT_MAX_MESSAGE
-    assert stream.PAGES.format == ">c3xI" and stream.ROWS.format == ">c3xII4x"
+    assert (define("SLOT_PAGES"), define("SLOT_ROWS")) == ("'P'", "'R'")
+    assert c_int("SLOT_HEADER") == stream.SLOT.size and stream.SLOT.format == ">ccxxIII"  # put_u32be at 4, 8, 12
+    assert stream.CONTROL.format == ">cBxxI" and stream.FREE.format == ">c3xI" and stream.RING.format == ">c3xII"
+    # the ring the server makes is one the backend maps
+    assert 1 <= stream.RING_SLOTS <= c_int("RING_MAX_SLOTS")
+    assert stream.SLOT_BYTES % stream.PAGE_SIZE == 0 and stream.PAGE_SIZE <= stream.SLOT_BYTES <= c_int(
+        "RING_MAX_SLOT_BYTES")
+    # a slot frame with every block number of a full slot fits a frame
+    assert stream.SLOT.size + 4 * stream.SLOT_BYTES // stream.PAGE_SIZE <= protocol.DEFAULT_MAX_MESSAGE
 
 
 @pytest.mark.postgres

@@ -6,8 +6,8 @@ marks the line pointers of the others unused in its copy of each page.  So every
 tuple of a page that arrives here is a row the caller's ``SELECT`` returns, and nothing here
 decides visibility.  A kernel walks the page layout (page header, line pointers, heap tuple
 headers, null bitmaps, attribute alignment from the relation's layout, dropped columns
-included) and extracts the wanted fixed-width columns and uncompressed inline arrays; a
-second one writes the usable rows (no NULL, no NULL element) into the training matrix.
+included), extracts the wanted fixed-width columns and uncompressed inline arrays, and writes
+the usable rows (no NULL, no NULL element) straight into the training matrix.
 
 A visible tuple the Strider cannot decode (a TOAST pointer, a compressed value) raises
 :class:`PagesUndecodableError`: the call then reads the query path instead.
@@ -55,8 +55,12 @@ SCALAR_CODES = {INT2OID: INT2, INT4OID: INT4, INT8OID: INT8, FLOAT4OID: FLOAT4, 
 # Attribute slots in the layout spec.
 SKIP, ARRAY = -1, -2
 
-# Tuple decode status.
+# Tuple decode status; and what decode_pages reports besides (DONE: every tuple decoded).
 OK, UNUSABLE, UNDECODABLE, NOT_VECTOR = 0, 1, 2, 3
+DONE, MALFORMED, RAGGED = 0, 4, 5
+
+#: Bytes per array element, by type code INT2..BOOL.
+ESIZE = np.array([2, 4, 8, 4, 8, 4, 1], np.int64)
 
 
 @dataclass
@@ -108,20 +112,24 @@ class Layout:
 
 
 # ------------------------------------------------------------------------------ kernels
+_ld_u16 = unaligned_load(types.uint16)
+_ld_u32 = unaligned_load(types.uint32)
+_ld_i32 = unaligned_load(types.int32)
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _u16(b, p):
-    return np.int64(b[p]) | (np.int64(b[p + 1]) << 8)
+    return np.int64(_ld_u16(b, np.int64(p)))
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _u32(b, p):
-    return np.int64(b[p]) | (np.int64(b[p + 1]) << 8) | (np.int64(b[p + 2]) << 16) | (np.int64(b[p + 3]) << 24)
+    return np.int64(_ld_u32(b, np.int64(p)))
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _i32(b, p):
-    v = _u32(b, p)
-    return v - (np.int64(1) << 32) if v >= (np.int64(1) << 31) else v
+    return np.int64(_ld_i32(b, np.int64(p)))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -169,207 +177,231 @@ def _page_ok(b, base):
 
 
 @njit(cache=True, nogil=True)
-def count_tuples(pages):
-    """Number of LP_NORMAL line pointers, or -1 - page index of the first malformed page."""
-    b = pages.reshape(-1)
-    n = 0
-    for pg in range(pages.shape[0]):
-        base = pg * PAGE_SIZE
-        items = _page_ok(b, base)
-        if items < 0:
-            return -1 - pg
-        for i in range(items):
-            lp = _u32(b, base + SIZE_OF_PAGE_HEADER + ITEM_ID_SIZE * i)
-            if ((lp >> 15) & 3) == LP_NORMAL:
-                n += 1
-    return n
+def _tuple(b, t, end, attlen, attalign, slot, code, has_missing, missing, scal):
+    """Walk the attributes of the heap tuple at byte ``t`` (ending at ``end``): the wanted
+    scalars into ``scal``; returns (status, byte position of the array's first element, its
+    length, its element type code)."""
+    infomask2 = _u16(b, t + T_INFOMASK2)
+    infomask = _u16(b, t + T_INFOMASK)
+    data = t + np.int64(b[t + T_HOFF])
+    natts = infomask2 & HEAP_NATTS_MASK
+    hasnull = (infomask & HEAP_HASNULL) != 0
+    cur = np.int64(0)
+    st = OK
+    apos = np.int64(0)
+    alen = np.int64(-1)
+    acode = np.int64(0)
+    for a in range(attlen.shape[0]):
+        if a >= natts:  # stored before the column was added
+            if slot[a] >= 0 and has_missing[a]:
+                scal[slot[a]] = missing[a]
+            elif slot[a] != SKIP:
+                st = max(st, UNUSABLE)
+            continue
+        if hasnull and ((b[t + SIZE_OF_HEAP_TUPLE_HEADER + (a >> 3)] >> (a & 7)) & 1) == 0:
+            if slot[a] != SKIP:
+                st = max(st, UNUSABLE)
+            continue
+        L = np.int64(attlen[a])
+        if L > 0:
+            cur = _align(cur, np.int64(attalign[a]))
+            pos = data + cur
+            cur += L
+            if pos + L > end:
+                return UNDECODABLE, apos, alen, acode
+            if slot[a] >= 0:
+                scal[slot[a]] = _read_value(b, pos, code[a])
+        elif L == -1:
+            if data + cur >= end:
+                return UNDECODABLE, apos, alen, acode
+            if b[data + cur] == 0:  # pad byte: a 4-byte header follows at alignment
+                cur = _align(cur, np.int64(attalign[a]))
+            pos = data + cur
+            b0 = b[pos]
+            if (b0 & 1) == 1:
+                if b0 == 1:  # external TOAST pointer: header, tag, varatt_external
+                    if slot[a] != SKIP or b[pos + 1] != VARTAG_ONDISK:
+                        return UNDECODABLE, apos, alen, acode
+                    vlen = np.int64(2 + SIZE_OF_VARATT_EXTERNAL)
+                    hdr = 2
+                else:
+                    vlen = np.int64(b0 >> 1)
+                    hdr = 1
+            else:
+                if (b0 & 3) == 2 and slot[a] != SKIP:  # compressed inline
+                    return UNDECODABLE, apos, alen, acode
+                vlen = _u32(b, pos) >> 2
+                hdr = 4
+            cur += vlen
+            if pos + vlen > end or vlen < hdr:
+                return UNDECODABLE, apos, alen, acode
+            if slot[a] == ARRAY:
+                v = pos + hdr - 4  # where a 4-byte-header array would start
+                ndim = _i32(b, v + ARR_NDIM)
+                elem = _u32(b, v + ARR_ELEMTYPE)
+                ec = -1
+                if elem == FLOAT8OID:
+                    ec = FLOAT8
+                elif elem == FLOAT4OID:
+                    ec = FLOAT4
+                elif elem == INT8OID:
+                    ec = INT8
+                elif elem == INT4OID:
+                    ec = INT4
+                elif elem == INT2OID:
+                    ec = INT2
+                if ec < 0:
+                    return UNDECODABLE, apos, alen, acode
+                if _i32(b, v + ARR_DATAOFFSET) != 0:  # a NULL bitmap: NULL elements
+                    st = max(st, UNUSABLE)
+                elif ndim > 1:
+                    st = max(st, NOT_VECTOR)
+                else:
+                    alen = _i32(b, v + ARR_DIM0) if ndim == 1 else 0
+                    apos = v + ARR_DATA_1D
+                    acode = ec
+                    if alen < 0 or apos + alen * ESIZE[ec] > pos + vlen:
+                        return UNDECODABLE, apos, alen, acode
+        elif L == -2:  # cstring: skip to its terminator
+            while data + cur < end and b[data + cur] != 0:
+                cur += 1
+            cur += 1
+        else:
+            return UNDECODABLE, apos, alen, acode
+    return st, apos, alen, acode
 
 
 @njit(cache=True, nogil=True)
-def extract(pages, attlen, attalign, slot, code, has_missing, missing, n_scalars, n_tuples):
-    """Decode every LP_NORMAL tuple of ``pages`` (rows × PAGE_SIZE uint8).
+def decode_pages(b, npages, attlen, attalign, slot, code, has_missing, missing, n_scalars, out, lead, width,
+                 y, X, row0):
+    """Decode the LP_NORMAL tuples of ``npages`` pages (bytes ``b``): each usable row (no NULL,
+    no NULL element) goes to ``y[row0 + k]`` (output column 0, the label) and ``X[row0 + k]``:
+    ``lead`` leading ones (the intercept's column), then the features (scalar slots, or the
+    array column's ``width`` elements; ``width`` < 0: the first usable row's length).
 
-    Returns per tuple: page index, line pointer number, status (OK, UNUSABLE for NULLs and
-    NULL elements, NOT_VECTOR for a multi-dimensional array, UNDECODABLE), scalar values, and
-    for an array column the byte position of its first element, its length and element type.
+    Returns (rows written, rows skipped, status, width, where, all ones, finite): status DONE,
+    or at tuple ``where`` (page index * 65536 + line pointer number) UNDECODABLE, NOT_VECTOR,
+    RAGGED (an array of another length than ``width``) or MALFORMED (a bad page header);
+    ``all ones``: every row's first feature was 1.0; ``finite``: no NaN or infinity was written.
     """
-    b = pages.reshape(-1)
-    page = np.empty(n_tuples, np.int32)
-    lpn = np.empty(n_tuples, np.int32)
-    status = np.zeros(n_tuples, np.int8)
-    scal = np.zeros((n_tuples, n_scalars))
-    apos = np.zeros(n_tuples, np.int64)
-    alen = np.full(n_tuples, -1, np.int32)
-    acode = np.zeros(n_tuples, np.int8)
-    natt_want = attlen.shape[0]
+    scal = np.zeros(max(n_scalars, 1))
     k = 0
-    for pg in range(pages.shape[0]):
+    skipped = 0
+    ones = True
+    finite = True
+    for pg in range(npages):
         base = pg * PAGE_SIZE
         items = _page_ok(b, base)
+        if items < 0:
+            return k, skipped, MALFORMED, width, pg * 65536, ones, finite
         for i in range(items):
             lp = _u32(b, base + SIZE_OF_PAGE_HEADER + ITEM_ID_SIZE * i)
             if ((lp >> 15) & 3) != LP_NORMAL:
                 continue
             off = lp & 0x7FFF
             ln = lp >> 17
-            page[k] = pg
-            lpn[k] = i + 1
+            where = pg * 65536 + i + 1
             if ln < SIZE_OF_HEAP_TUPLE_HEADER or off + ln > PAGE_SIZE:
-                status[k] = UNDECODABLE
-                k += 1
+                return k, skipped, UNDECODABLE, width, where, ones, finite
+            st, apos, alen, acode = _tuple(b, base + off, base + off + ln, attlen, attalign, slot, code,
+                                           has_missing, missing, scal)
+            if st == UNUSABLE:
+                skipped += 1
                 continue
-            t = base + off
-            end = t + ln
-            infomask2 = _u16(b, t + T_INFOMASK2)
-            infomask = _u16(b, t + T_INFOMASK)
-            hoff = np.int64(b[t + T_HOFF])
-            natts = infomask2 & HEAP_NATTS_MASK
-            hasnull = (infomask & HEAP_HASNULL) != 0
-            data = t + hoff
-            cur = np.int64(0)
-            st = OK
-            for a in range(natt_want):
-                if a >= natts:  # stored before the column was added
-                    if slot[a] >= 0 and has_missing[a]:
-                        scal[k, slot[a]] = missing[a]
-                    elif slot[a] != SKIP:
-                        st = max(st, UNUSABLE)
-                    continue
-                if hasnull and ((b[t + SIZE_OF_HEAP_TUPLE_HEADER + (a >> 3)] >> (a & 7)) & 1) == 0:
-                    if slot[a] != SKIP:
-                        st = max(st, UNUSABLE)
-                    continue
-                L = np.int64(attlen[a])
-                if L > 0:
-                    cur = _align(cur, np.int64(attalign[a]))
-                    pos = data + cur
-                    cur += L
-                    if pos + L > end:
-                        st = UNDECODABLE
-                        break
-                    if slot[a] >= 0:
-                        scal[k, slot[a]] = _read_value(b, pos, code[a])
-                elif L == -1:
-                    if data + cur >= end:
-                        st = UNDECODABLE
-                        break
-                    if b[data + cur] == 0:  # pad byte: a 4-byte header follows at alignment
-                        cur = _align(cur, np.int64(attalign[a]))
-                    pos = data + cur
-                    b0 = b[pos]
-                    if (b0 & 1) == 1:
-                        if b0 == 1:  # external TOAST pointer: header, tag, varatt_external
-                            if slot[a] != SKIP or b[pos + 1] != VARTAG_ONDISK:
-                                st = UNDECODABLE
-                                break
-                            vlen = np.int64(2 + SIZE_OF_VARATT_EXTERNAL)
-                            hdr = 2
-                        else:
-                            vlen = np.int64(b0 >> 1)
-                            hdr = 1
-                    else:
-                        if (b0 & 3) == 2:  # compressed inline
-                            if slot[a] != SKIP:
-                                st = UNDECODABLE
-                                break
-                        vlen = _u32(b, pos) >> 2
-                        hdr = 4
-                    cur += vlen
-                    if pos + vlen > end or vlen < hdr:
-                        st = UNDECODABLE
-                        break
-                    if slot[a] == ARRAY:
-                        v = pos + hdr - 4  # where a 4-byte-header array would start
-                        ndim = _i32(b, v + ARR_NDIM)
-                        dataoffset = _i32(b, v + ARR_DATAOFFSET)
-                        elem = _u32(b, v + ARR_ELEMTYPE)
-                        ec = -1
-                        if elem == FLOAT8OID:
-                            ec = FLOAT8
-                        elif elem == FLOAT4OID:
-                            ec = FLOAT4
-                        elif elem == INT8OID:
-                            ec = INT8
-                        elif elem == INT4OID:
-                            ec = INT4
-                        elif elem == INT2OID:
-                            ec = INT2
-                        if ec < 0:
-                            st = UNDECODABLE
-                            break
-                        if dataoffset != 0:  # a NULL bitmap: NULL elements
-                            st = max(st, UNUSABLE)
-                        elif ndim > 1:
-                            st = max(st, NOT_VECTOR)
-                        else:
-                            alen[k] = _i32(b, v + ARR_DIM0) if ndim == 1 else 0
-                            apos[k] = v + ARR_DATA_1D
-                            acode[k] = ec
-                elif L == -2:  # cstring: skip to its terminator
-                    while data + cur < end and b[data + cur] != 0:
-                        cur += 1
-                    cur += 1
+            if st != OK:
+                return k, skipped, st, width, where, ones, finite
+            if alen >= 0:
+                if width < 0:
+                    width = alen
+                if alen != width:
+                    return k, skipped, RAGGED, alen, where, ones, finite
+            o = row0 + k
+            v = scal[out[0]]
+            y[o] = v
+            finite &= np.isfinite(v)
+            for c in range(lead):
+                X[o, c] = 1.0
+            col = lead
+            for j in range(1, out.shape[0]):
+                if out[j] >= 0:
+                    v = scal[out[j]]
+                    X[o, col] = v
+                    finite &= np.isfinite(v)
+                    col += 1
+                elif acode == FLOAT8:
+                    for e in range(width):
+                        v = _ld_f64(b, apos + e * 8)
+                        X[o, col + e] = v
+                        finite &= np.isfinite(v)
+                    col += width
                 else:
-                    st = UNDECODABLE
-                    break
-            status[k] = st
+                    step = ESIZE[acode]
+                    for e in range(width):
+                        v = _read_value(b, apos + e * step, acode)
+                        X[o, col + e] = v
+                        finite &= np.isfinite(v)
+                    col += width
+            if col > lead:
+                ones &= X[o, lead] == 1.0
             k += 1
-    return page[:k], lpn[:k], status[:k], scal[:k], apos[:k], alen[:k], acode[:k]
+    return k, skipped, DONE, width, -1, ones, finite
 
 
 @njit(cache=True, nogil=True)
-def fill_rows(pages, rows, scal, out, apos, acode, width, y, X, row0):
-    """Write tuples ``rows`` into ``y[row0:]`` (output column 0, the label) and
-    ``X[row0:, 1:]`` (the features: scalar slots or the array's ``width`` elements)."""
-    b = pages.reshape(-1)
-    esize = np.array([2, 4, 8, 4, 8, 4, 1], np.int64)  # bytes per element, by type code INT2..BOOL
-    for r in range(rows.shape[0]):
-        t = rows[r]
-        o = row0 + r
-        y[o] = scal[t, out[0]]
-        col = 1
-        for j in range(1, out.shape[0]):
-            if out[j] >= 0:
-                X[o, col] = scal[t, out[j]]
-                col += 1
-            else:
-                c = acode[t]
-                p = apos[t]
-                if c == FLOAT8:
-                    for e in range(width):
-                        X[o, col + e] = _ld_f64(b, p + e * 8)
-                else:
-                    step = esize[c]
-                    for e in range(width):
-                        X[o, col + e] = _read_value(b, p + e * step, c)
-                col += width
+def array_width(b, npages, attlen, attalign, slot, code, has_missing, missing, n_scalars):
+    """The array column's length in the first usable row of the pages (-1: none is usable)."""
+    scal = np.zeros(max(n_scalars, 1))
+    for pg in range(npages):
+        base = pg * PAGE_SIZE
+        items = _page_ok(b, base)
+        for i in range(max(items, 0)):
+            lp = _u32(b, base + SIZE_OF_PAGE_HEADER + ITEM_ID_SIZE * i)
+            off = lp & 0x7FFF
+            ln = lp >> 17
+            if ((lp >> 15) & 3) != LP_NORMAL or ln < SIZE_OF_HEAP_TUPLE_HEADER or off + ln > PAGE_SIZE:
+                continue
+            st, apos, alen, acode = _tuple(b, base + off, base + off + ln, attlen, attalign, slot, code,
+                                           has_missing, missing, scal)
+            if st == OK:
+                return alen
+    return -1
 
 
-def decode(layout: Layout, blocks: np.ndarray, pages: np.ndarray, width: int):
-    """(tuple numbers of the usable rows, array width, skipped rows) of a frame of pages; the
-    array width is ``width`` when known (>= 0), else that of the first usable row."""
-    n = count_tuples(pages)
-    if n < 0:
-        raise InDBError(f"block {int(blocks[-1 - n])} of {layout.relation} arrived malformed")
-    page, lpn, status, scal, apos, alen, acode = extract(
-        pages, layout.attlen, layout.attalign, layout.slot, layout.code, layout.has_missing, layout.missing,
-        layout.n_scalars, n)
-    if (status == UNDECODABLE).any():
+def features(layout: Layout, width: int) -> int:
+    """Features per row: the scalar feature columns, plus the array's ``width`` elements."""
+    return int((layout.out[1:] >= 0).sum()) + (width if layout.is_array else 0)
+
+
+def decode(layout: Layout, blocks: np.ndarray, pages: np.ndarray, width: int, lead: int, y: np.ndarray,
+           X: np.ndarray, row0: int) -> tuple[int, int, bool, bool]:
+    """Decode a slot of pages into ``y[row0:]``, ``X[row0:]`` (``lead`` columns of ones, then the
+    features; the array column's length must be ``width``): (rows written, rows skipped, every
+    first feature was 1.0, every value finite).  Raises PagesUndecodableError for a value only
+    the query path reads, TrainingDataError for arrays that are not feature vectors of one
+    model, InDBError for a malformed page."""
+    k, skipped, status, w, where, ones, finite = decode_pages(
+        pages.reshape(-1), len(pages), layout.attlen, layout.attalign, layout.slot, layout.code, layout.has_missing,
+        layout.missing, layout.n_scalars, layout.out, lead, width, y, X, row0)
+    if status == DONE:
+        return k, skipped, ones, finite
+    page, lp = divmod(int(where), 65536)
+    if status == MALFORMED:
+        raise InDBError(f"block {int(blocks[page])} of {layout.relation} arrived malformed")
+    if status == UNDECODABLE:
         raise PagesUndecodableError(f"a row of {layout.relation} holds a TOASTed or compressed value")
-    ok = np.flatnonzero(status == OK)
-    bad = np.flatnonzero(status == NOT_VECTOR)
-    if layout.is_array:
-        if width < 0 and len(ok):
-            width = int(alen[ok[0]])
-        ragged = ok[alen[ok] != width]
-        if len(bad) or len(ragged):
-            t = min(np.r_[bad, ragged])
-            where = f"row ({int(blocks[page[t]])},{int(lpn[t])}) of {layout.relation}"
-            raise TrainingDataError(
-                f'array column "{layout.array_name}" in {where} has more than one dimension' if status[t] == NOT_VECTOR
-                else f'array column "{layout.array_name}" has {int(alen[t])} elements in {where} but {width} '
-                     "in the first row: arrays of different lengths are not feature vectors of one model")
-    return ok, width, len(status) - len(ok), (scal, apos, acode)
+    row = f"row ({int(blocks[page])},{lp}) of {layout.relation}"
+    if status == NOT_VECTOR:
+        raise TrainingDataError(f'array column "{layout.array_name}" in {row} has more than one dimension')
+    raise TrainingDataError(f'array column "{layout.array_name}" has {w} elements in {row} but {width} '
+                            "in the first row: arrays of different lengths are not feature vectors of one model")
+
+
+def first_width(layout: Layout, pages: np.ndarray) -> int:
+    """The array column's length in the slot's first usable row (-1: none; 0: no array column)."""
+    if not layout.is_array:
+        return 0
+    return int(array_width(pages.reshape(-1), len(pages), layout.attlen, layout.attalign, layout.slot, layout.code,
+                           layout.has_missing, layout.missing, layout.n_scalars))
 
 
 def warm_up() -> None:
@@ -377,5 +409,5 @@ def warm_up() -> None:
     pages = np.zeros((1, PAGE_SIZE), np.uint8)
     layout = Layout.from_stream({"name": "warm-up", "attrs": [[8, 8], [-1, 8]],
                                  "columns": [[1, FLOAT8OID, None, "y"], [2, 1022, None, "x"]]})
-    ok, width, _, (scal, apos, acode) = decode(layout, np.zeros(1, ">u4"), pages, -1)
-    fill_rows(pages, ok, scal, layout.out, apos, acode, 0, np.empty(0), np.empty((0, 1)), 0)
+    first_width(layout, pages)
+    decode(layout, np.zeros(1, ">u4"), pages, 0, 1, np.empty(0), np.empty((0, 1)), 0)

@@ -5,13 +5,20 @@ import numpy as np
 
 from learnedidx.errors import TrainingDataError
 
+#: Rows per chunk of a pass over rows in memory: results do not depend on the thread count.
+CHUNK_ROWS = 1 << 16
+
+
+NO_ROWS = "no rows to train on (the table is empty or every row has NULLs)"
+NOT_FINITE = "the training data contains NaN or infinite values"
+
 
 def check(X: np.ndarray, y: np.ndarray | None) -> None:
     """Refuse empty data, NaN or infinite values, and labels that do not match the rows."""
     if X.ndim != 2 or X.shape[0] == 0:
-        raise TrainingDataError("no rows to train on (the table is empty or every row has NULLs)")
+        raise TrainingDataError(NO_ROWS)
     if not np.all(np.isfinite(X)) or (y is not None and not np.all(np.isfinite(y))):
-        raise TrainingDataError("the training data contains NaN or infinite values")
+        raise TrainingDataError(NOT_FINITE)
     if y is not None and y.shape != (X.shape[0],):
         raise TrainingDataError("labels and features have different row counts")
 
@@ -63,3 +70,33 @@ def factor_tuples(data: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     if rows.min() < 0 or cols.min() < 0:
         raise TrainingDataError("row and column ids must be >= 0")
     return rows, cols, vals
+
+
+class InMemory:
+    """Rows held in memory, as the engine reads any source of rows: in chunks, pass after pass
+    (:class:`learnedidx.indb.read.passes.StreamSource` is the other, the caller's stream).
+
+    ``X`` is the design matrix as :func:`design` makes it; checked at once."""
+
+    lead = 0  # the intercept's column, if any, is part of X already
+    ones = False  # ... so no leading ones column is left to drop
+    finite = True  # check() refused anything else
+
+    def __init__(self, X: np.ndarray, y: np.ndarray) -> None:
+        check(X, y)
+        self.X, self.y = X, np.ascontiguousarray(y, np.float64)
+        self.n, self.d = X.shape
+
+    def peek(self) -> tuple[np.ndarray, np.ndarray] | None:
+        return (self.y[:1], self.X[:1]) if self.n else None
+
+    def each(self, fn, ex, chunk_rows: int = CHUNK_ROWS) -> list:
+        """``fn(y, X)`` of every chunk of ``chunk_rows`` rows, on executor ``ex``: the results in order."""
+        y, X = self.y, self.X
+        return list(ex.map(lambda a: fn(y[a:a + chunk_rows], X[a:a + chunk_rows]), range(0, self.n, chunk_rows)))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.y, self.X
+
+    def drop_lead(self) -> None:  # pragma: no cover - lead is 0
+        raise AssertionError("in-memory rows have no leading column to drop")

@@ -1,11 +1,16 @@
-"""The engine loop: per-thread models over partitions of the tuples, merged every epoch.
+"""The engine loop: accumulate-then-update passes over chunks of rows, or per-thread SGD
+models over partitions of the tuples, merged every epoch.
 
-Each engine thread runs a compiled algorithm's kernel (:mod:`learnedidx.indb.dsl.kernels`)
-on its own contiguous partition with its own copy of the model (or its own accumulators);
-after every epoch the copies are merged (averaged / summed) in partition order, so results
-depend only on the seed and the thread count.  Kernels run on pieces of their partition of
-about :data:`WORK_PER_CHECK` operations, asking ``stop()`` between pieces, so that a stopped
-call stops computing within milliseconds; the pieces give the same results as one call.
+Accumulate algorithms (:mod:`learnedidx.indb.dsl.kernels`) sum their accumulators per chunk
+of rows, on any thread, and add the chunks' sums in the rows' order, so results depend on
+neither the thread count nor the schedule; the rows come from memory or, on the first pass,
+from the caller's stream while it arrives (:meth:`run` takes a source of rows).  SGD and
+factor algorithms need every row in memory: each engine thread runs the kernel on its own
+contiguous partition with its own copy of the model; after every epoch the copies are merged
+(averaged / summed) in partition order, so results depend only on the seed and the thread
+count.  Kernels run on pieces of about :data:`WORK_PER_CHECK` operations (chunks, for
+accumulate passes), asking ``stop()`` between pieces, so that a stopped call stops computing
+within milliseconds; the pieces give the same results as one call.
 """
 from __future__ import annotations
 
@@ -17,10 +22,10 @@ from typing import Callable
 import numpy as np
 
 from learnedidx.accel.engine_model import modelled_seconds
-from learnedidx.errors import CancelledError, DSLError
+from learnedidx.errors import CancelledError, DSLError, TrainingDataError
 from learnedidx.indb.dsl import Algorithm, settings_for
 from learnedidx.indb.dsl.kernels import SCHEDULES, accumulate_kernel, factor_kernel, loss_kernel, sgd_kernel
-from learnedidx.indb.runtime.data import check, design, factor_tuples, labels, partitions
+from learnedidx.indb.runtime.data import NO_ROWS, NOT_FINITE, InMemory, design, factor_tuples, labels, partitions
 
 StopCheck = Callable[[], bool] | None
 #: Multiply-adds a kernel call does between two looks at ``stop()`` (milliseconds of work).
@@ -56,9 +61,11 @@ def _pieces(lo: int, hi: int, cost: int, stop: StopCheck, align: int = 1):
         yield a, min(hi, a + step)
 
 
-def run(alg: Algorithm, data: dict, params: dict, *, threads: int = 2, seed: int = 0,
+def run(alg: Algorithm, data, params: dict, *, threads: int = 2, seed: int = 0,
         stop: StopCheck = None) -> TrainOutput:
-    """Train ``alg`` on arrays ({"X", "y"}, or {"row", "col", "value"} for factors)."""
+    """Train ``alg`` on arrays ({"X", "y"}, or {"row", "col", "value"} for factors), or on a
+    source of rows read in passes (:class:`~learnedidx.indb.runtime.data.InMemory`'s interface:
+    the caller's stream)."""
     s = settings_for(alg.settings, params)
     t0 = time.perf_counter()
     train = _train_factor if alg.form == "factor" else _train_linear
@@ -75,67 +82,137 @@ def _loss(ex: ThreadPoolExecutor, kernel, parts: list[slice], data: tuple, model
                                           for i, j in _pieces(p.start, p.stop, cost, stop)), parts)))
 
 
+def _stopped(stop: StopCheck) -> None:
+    if stop is not None and stop():
+        raise CancelledError("training stopped: the calling statement is gone")
+
+
+def _checked(src) -> None:
+    """The checks of :func:`check` on a source whose first pass has ended."""
+    if src.n == 0:
+        raise TrainingDataError(NO_ROWS)
+    if not src.finite:
+        raise TrainingDataError(NOT_FINITE)
+
+
+def _all_rows(src) -> tuple[np.ndarray, np.ndarray]:
+    """(y, X): every row in memory, checked; without the reserved intercept column when the
+    features already start with ones."""
+    src.need_all = True
+    y, X = src.arrays()
+    _checked(src)
+    if src.ones and src.lead:
+        src.drop_lead()
+        y, X = src.arrays()
+    return y, X
+
+
 def _train_linear(alg, data, params, s, threads, seed, stop):
-    X = design(data["X"], params)
-    y = np.ascontiguousarray(data["y"], np.float64)
-    check(X, y)
-    y, extra = labels(y, s["labels"], alg.name)
-    n = len(y)
-    parts = partitions(n, threads)
-    w = np.zeros(X.shape[1])
-    loss_k = loss_kernel(alg)
-    prev, loss, ep = np.inf, float("nan"), 0
-    with ThreadPoolExecutor(len(parts)) as ex:
+    src = InMemory(design(data["X"], params), data["y"]) if isinstance(data, dict) else data
+    with ThreadPoolExecutor(threads) as ex:
         if alg.form == "accumulate":
-            kernel, modes, shapes = accumulate_kernel(alg, w, X[0], y[0])
-        else:
-            kernel = sgd_kernel(alg, w, X[0], y[0])
-            rng = np.random.default_rng(seed)
-            sched, batch = SCHEDULES[s["schedule"]], int(s["batch_size"])
+            return _train_accumulate(alg, src, s, ex, stop)
+        y, X = _all_rows(src)
+        y, extra = labels(y, s["labels"], alg.name)
+        n = len(y)
+        parts = partitions(n, threads)
+        w = np.zeros(X.shape[1])
+        loss_k = loss_kernel(alg)
+        prev, loss, ep = np.inf, float("nan"), 0
+        kernel = sgd_kernel(alg, w, X[0], y[0])
+        rng = np.random.default_rng(seed)
+        sched, batch = SCHEDULES[s["schedule"]], int(s["batch_size"])
         for ep in rounds(1, int(s["epochs"]), stop):
-            if alg.form == "accumulate":
-                w, epoch_loss = _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes, stop)
-            else:
-                lr = s["learning_rate"] * (0.5 ** ((ep - 1) // 10) if s["schedule"] == "step" else 1.0)
-                orders = [rng.permutation(np.arange(p.start, p.stop)) for p in parts]
-                tbase = (ep - 1) * max(1, len(orders[0]) // max(1, batch))
+            lr = s["learning_rate"] * (0.5 ** ((ep - 1) // 10) if s["schedule"] == "step" else 1.0)
+            orders = [rng.permutation(np.arange(p.start, p.stop)) for p in parts]
+            tbase = (ep - 1) * max(1, len(orders[0]) // max(1, batch))
 
-                def epoch(o, m, t):  # pieces of whole mini-batches: the same steps as one call
-                    for i, j in _pieces(0, len(o), X.shape[1], stop, batch):
-                        m = kernel(X, y, m, lr, sched, t + i // batch, o[i:j], batch, float(s["l2"]))
-                    return m
+            def epoch(o, m, t):  # pieces of whole mini-batches: the same steps as one call
+                for i, j in _pieces(0, len(o), X.shape[1], stop, batch):
+                    m = kernel(X, y, m, lr, sched, t + i // batch, o[i:j], batch, float(s["l2"]))
+                return m
 
-                models = list(ex.map(lambda o: epoch(o, w.copy(), tbase), orders))
-                w = np.mean(models, axis=0) if s["merge"] == "average" else w + np.sum(models, axis=0) - len(models) * w
-                epoch_loss = _loss(ex, loss_k, parts, (X, y), (w,), stop, X.shape[1]) / n if loss_k else float("nan")
-            loss = epoch_loss
-            if abs(prev - epoch_loss) < s["tolerance"]:
+            models = list(ex.map(lambda o: epoch(o, w.copy(), tbase), orders))
+            w = np.mean(models, axis=0) if s["merge"] == "average" else w + np.sum(models, axis=0) - len(models) * w
+            loss = _loss(ex, loss_k, parts, (X, y), (w,), stop, X.shape[1]) / n if loss_k else float("nan")
+            if abs(prev - loss) < s["tolerance"]:
                 break
-            prev = epoch_loss
-        if loss_k is not None and alg.form == "accumulate":  # the pass saw the model before the update
-            loss = _loss(ex, loss_k, parts, (X, y), (w,), stop, X.shape[1]) / n
+            prev = loss
     return {"coef": w, **extra}, loss, ep, n, X.shape[1]
 
 
-def _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes, stop):
-    """One pass summing the accumulators (and the loss at ``w``), then ``update``: (w, loss)."""
-    cost = sum(int(np.prod(shape)) for shape in shapes) + X.shape[1]
+class _Accumulation:
+    """An accumulate algorithm's pass: every ``acc_*`` (and the loss) summed per chunk of rows,
+    the chunks' sums added in the rows' order; then ``update``."""
 
-    def one(p):
-        acc = [np.zeros(shape) for shape in shapes]
-        lsum = np.zeros(1)
-        for i, j in _pieces(p.start, p.stop, cost, stop):
-            kernel(X, y, w, i, j, *acc, lsum)
-        return acc, lsum[0]
+    def __init__(self, alg: Algorithm, w: np.ndarray, x: np.ndarray, y: float, kind: str) -> None:
+        self.alg = alg
+        self.kernel, self.modes, self.shapes = accumulate_kernel(alg, w, x, y)
+        self.binary = kind == "binary"
 
-    res = list(ex.map(one, parts))
-    sums = [sum(r[0][k] for r in res) for k in range(len(shapes))]
-    values = {"w": w.copy(), "n": len(y)}
-    values.update({a: (v[0] if mode == "scalar" else v) for a, v, mode in zip(alg.accumulators, sums, modes)})
-    new = np.asarray(alg.namespace["update"](*[values[a] for a in alg.update_args]), np.float64)
-    if new.shape != w.shape:
-        raise DSLError(f"update must return the model: {w.shape[0]} values, not shape {new.shape}")
-    return new, float(sum(r[1] for r in res)) / len(y)
+    def chunk(self, w: np.ndarray, stop: StopCheck):
+        def fn(y: np.ndarray, X: np.ndarray):
+            _stopped(stop)
+            if self.binary and not np.all((y == 0) | (y == 1)) and np.all(np.isfinite(y)):
+                raise TrainingDataError(f"{self.alg.name} needs labels 0/1 (or booleans)")
+            acc = [np.zeros(shape) for shape in self.shapes]
+            lsum = np.zeros(1)
+            self.kernel(X, y, w, 0, len(y), *acc, lsum)
+            return acc, lsum[0]
+        return fn
+
+    def run(self, src, w: np.ndarray, ex: ThreadPoolExecutor, stop: StopCheck) -> tuple[list, float]:
+        """(accumulator sums, loss sum at ``w``) of one pass."""
+        res = src.each(self.chunk(w, stop), ex)
+        sums = [sum((r[0][k] for r in res), np.zeros(shape)) for k, shape in enumerate(self.shapes)]
+        return sums, float(sum(r[1] for r in res))
+
+    def update(self, w: np.ndarray, sums: list, n: int) -> np.ndarray:
+        values = {"w": w.copy(), "n": n}
+        values.update({a: (v[0] if mode == "scalar" else v) for a, v, mode in zip(self.alg.accumulators, sums,
+                                                                               self.modes)})
+        new = np.asarray(self.alg.namespace["update"](*[values[a] for a in self.alg.update_args]), np.float64)
+        if new.shape != w.shape:
+            raise DSLError(f"update must return the model: {w.shape[0]} values, not shape {new.shape}")
+        return new
+
+
+def _train_accumulate(alg, src, s, ex, stop):
+    """Epochs of accumulate-then-update; the first pass over a stream computes while it arrives."""
+    extra: dict = {}
+    if s["labels"] == "signed":  # the mapping needs both label values before the first row
+        y, X = _all_rows(src)
+        y, extra = labels(y, "signed", alg.name)
+        src = InMemory(X, y)
+    # A pass over memory is faster than one over the stream, but keeping the rows costs
+    # writing them: worth it when more than the epoch's pass and the loss pass are coming.
+    src.keep = int(s["epochs"]) > 1
+    first = src.peek()
+    if first is None:
+        src.each(lambda y, X: None, ex)  # the pass's end: its row counts
+        _checked(src)
+    y0, X0 = first
+    w = np.zeros(src.d)
+    acc = _Accumulation(alg, w, X0[0], float(y0[0]), s["labels"])
+    loss_k = loss_kernel(alg)
+    prev, loss, ep = np.inf, float("nan"), 0
+    for ep in rounds(1, int(s["epochs"]), stop):
+        sums, lsum = acc.run(src, w, ex, stop)
+        if ep == 1:
+            _checked(src)
+            if src.ones and src.lead:  # the features start with ones: no intercept column of our own
+                src.drop_lead()
+                w = np.zeros(src.d)
+                acc = _Accumulation(alg, w, X0[0, 1:], float(y0[0]), s["labels"])
+                sums, lsum = acc.run(src, w, ex, stop)
+        w, epoch_loss = acc.update(w, sums, src.n), lsum / src.n
+        loss = epoch_loss
+        if abs(prev - epoch_loss) < s["tolerance"]:
+            break
+        prev = epoch_loss
+    if loss_k is not None:  # the pass saw the model before the update
+        loss = float(sum(src.each(lambda y, X: (_stopped(stop), loss_k(X, y, w))[1], ex))) / src.n
+    return {"coef": w, **extra}, loss, ep, src.n, src.d
 
 
 def _train_factor(alg, data, params, s, threads, seed, stop):

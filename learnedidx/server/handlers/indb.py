@@ -16,12 +16,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from learnedidx.errors import BadRequestError, CancelledError, PagesUndecodableError, TooLargeError, TrainingDataError
+from learnedidx.errors import BadRequestError, CancelledError, TooLargeError, TrainingDataError
 from learnedidx.indb import runtime
 from learnedidx.indb.dsl import Algorithm, compile_algorithm
 from learnedidx.indb.read import strider
-from learnedidx.indb.read.passes import read_pass
-from learnedidx.indb.read.training_data import RowBuffer, TrainingData
+from learnedidx.indb.read.passes import StreamSource
 from learnedidx.server.registry import handler, on_start
 
 _COMPILED: OrderedDict[str, Algorithm] = OrderedDict()  # DSL sources by hash, most recent last
@@ -59,20 +58,9 @@ def _threads(params: dict, limit: int) -> int:
     return min(n, limit)
 
 
-def _read(stream, limits) -> TrainingData:
-    """Pass 1 over the caller's data: the path the caller chose, or the query path when the
-    pages hold values only it reads."""
-    try:
-        return read_pass(stream.request_pass(1), RowBuffer(limits.max_call_bytes, limits.max_features))
-    except PagesUndecodableError as exc:
-        return read_pass(stream.request_pass(1, query=True, why=str(exc)),
-                         RowBuffer(limits.max_call_bytes, limits.max_features))
-
-
-def _factor_data(td: TrainingData, rank: int, threads: int, max_bytes: int) -> tuple[dict, dict]:
+def _factor_data(X: np.ndarray, y: np.ndarray, rank: int, threads: int, max_bytes: int) -> tuple[dict, dict]:
     """LMF tuples with row and column ids remapped to dense indices, so that the factors'
     memory follows the number of distinct ids; and the ids, for the model."""
-    X = td.X
     if X.shape[1] != 2:
         raise TrainingDataError("LMF reads a row id and a column id per rating")
     if len(X) and not (np.all(np.isfinite(X)) and np.all(X == np.floor(X))):
@@ -83,7 +71,7 @@ def _factor_data(td: TrainingData, rank: int, threads: int, max_bytes: int) -> t
     if need > max_bytes:
         raise TooLargeError(f"factors of rank {rank} for {len(row_ids)} rows and {len(col_ids)} columns need "
                             f"{need:,} bytes, more than the server's memory limit per call ({max_bytes:,})")
-    return {"row": rows, "col": cols, "value": td.y}, {"row_ids": row_ids, "col_ids": col_ids}
+    return {"row": rows, "col": cols, "value": y}, {"row_ids": row_ids, "col_ids": col_ids}
 
 
 @handler("indb.train")
@@ -100,36 +88,36 @@ def indb_train(args, arrays, ctx):
         trainee = _dsl(algorithm, args.get("dsl_source"))
     threads = _threads(params, limits.max_threads)
     seed = int(params.pop("seed", 0))
+    # The intercept's column of ones is reserved while decoding (and dropped again when the
+    # features turn out to start with ones): no copy of the rows to add it.
+    lead = 0 if algorithm == "lmf" or params.get("intercept") is False else 1
     t0 = time.perf_counter()
-    with ctx.server.call_slot(stream):
-        t_read = time.perf_counter()
-        td = _read(stream, limits)
+    with ctx.server.call_slot(stream), stream.watch() as closed, \
+            StreamSource(stream.request_pass, stream.release, lead=lead, threads=threads,
+                         budget=limits.max_call_bytes, max_features=limits.max_features) as src:
+        t_start = time.perf_counter()
         extra: dict = {}
         if algorithm == "lmf":
             rank = int(params.get("rank", params.get("max_rank", 10)))
             if not 1 <= rank <= limits.max_features:
                 raise TooLargeError(f"rank {rank} is outside 1..{limits.max_features}, the server's limit")
-            data, extra = _factor_data(td, rank, threads, limits.max_call_bytes)
-            intercept = False
+            src.need_all = True
+            y, X = src.arrays()
+            data, extra = _factor_data(X, y, rank, threads, limits.max_call_bytes)
         else:
-            X = td.X
-            ones = X.shape[1] > 0 and len(X) > 0 and bool(np.all(X[:, 0] == 1.0))
-            intercept = ones or params.get("intercept") is not False
-            # the design matrix's first column is the intercept's ones: no copy to add them
-            data = {"X": td.design if intercept and not ones else X, "y": td.y}
-        t_train = time.perf_counter()
-        with stream.watch() as closed:
-            out = runtime.train(trainee, data, params, threads=threads, seed=seed, stop=closed.is_set)
+            data = src
+        out = runtime.train(trainee, data, params, threads=threads, seed=seed, stop=closed.is_set)
+    st = src.stats
     model = {k: np.asarray(v).tolist() for k, v in out.model.items()}
     model.update({k: v.tolist() for k, v in extra.items()})
     return {
-        "model": model, "loss": out.loss, "num_rows_processed": td.rows_total - td.rows_skipped,
-        "num_rows_skipped": td.rows_skipped, "num_iterations": out.iterations,
-        "num_features": int(td.X.shape[1]), "intercept": bool(intercept), "features_form": td.features_form,
-        "train_seconds": time.perf_counter() - t0, "accel_seconds": out.modelled_seconds, "path": td.path,
-        "threads": threads,
-        "timings": {"wait": t_read - t0, "read": td.seconds, "decode": td.decode_seconds,
-                    "prepare": t_train - t_read - td.seconds, "train": out.seconds},
+        "model": model, "loss": out.loss, "num_rows_processed": st.rows_total - st.rows_skipped,
+        "num_rows_skipped": st.rows_skipped, "num_iterations": out.iterations,
+        "num_features": int(src.d - src.lead), "intercept": bool(src.lead or src.ones),
+        "features_form": st.features_form, "train_seconds": time.perf_counter() - t0,
+        "accel_seconds": out.modelled_seconds, "path": st.path, "threads": threads,
+        "timings": {"wait": t_start - t0, "first_pass": st.seconds, "decode": st.decode_seconds,
+                    "train": out.seconds, "passes": st.passes},
     }, {}
 
 
