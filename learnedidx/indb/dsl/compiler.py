@@ -167,7 +167,7 @@ def _symmetric(split: ast.FunctionDef) -> bool:
     return len(parts) == 3 and all(isinstance(p, ast.Name) for p in parts[1:]) and parts[1].id == parts[2].id
 
 
-def _split(fn: ast.FunctionDef) -> ast.FunctionDef | None:
+def split_variant(fn: ast.FunctionDef) -> ast.FunctionDef | None:
     """For ``return s * a`` (``a`` an argument) or ``return s * outer(a, b)``: a variant
     returning ``(s, a)`` / ``(s, a, b)``, so kernels accumulate without a temporary per tuple."""
     ret = fn.body[-1].value
@@ -235,7 +235,7 @@ def compile_algorithm(name: str, source: str) -> Algorithm:
         raise DSLError(f"syntax error on line {exc.lineno}: {exc.msg}") from None
     settings, funcs = _validate(tree)
     form, accs, update_args = _form(funcs)
-    split = {f.name: s for f in funcs.values() if f.name != "update" and (s := _split(f)) is not None}
+    split = {f.name: s for f in funcs.values() if f.name != "update" and (s := split_variant(f)) is not None}
     if "update" in funcs:
         funcs["update"] = ast.fix_missing_locations(_FixedWidth().visit(copy.deepcopy(funcs["update"])))
     module = ast.Module(body=list(funcs.values()) + list(split.values()), type_ignores=[])

@@ -3,9 +3,10 @@
 One nogil Numba kernel per compiled algorithm and shape: an SGD epoch over a partition, an
 accumulation pass over a partition, a factor SGD epoch, or a loss sum; generated on first
 use and kept on the :class:`~learnedidx.indb.dsl.compiler.Algorithm`.  The engine
-(:mod:`learnedidx.indb.runtime.engine`) runs each on its partitions.  Per-tuple results of
+(:mod:`learnedidx.indb.runtime.engine`) runs each on its partitions.  The per-tuple functions
+are written into the kernel, each call computed once per tuple (:mod:`.inline`); results of
 the form ``s * a`` or ``s * outer(a, b)`` are accumulated in place (see
-:func:`learnedidx.indb.dsl.compiler._split`).
+:func:`learnedidx.indb.dsl.compiler.split_variant`).
 """
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from numba import njit
 
 from learnedidx.errors import DSLError
 from learnedidx.indb.dsl.compiler import Algorithm
+from learnedidx.indb.dsl.functions import FUNCTIONS
+from learnedidx.indb.dsl.inline import Inliner
+from learnedidx.native import prefetch
 
 #: Schedule codes of :func:`rate` ("step" halves the rate every 10 epochs, between calls).
 SCHEDULES = {"constant": 0, "invscaling": 1, "inverse": 2, "step": 0}
@@ -29,34 +33,52 @@ def rate(lr0, schedule, t, l2):
     return lr0
 
 
-def _add(target: str, fn: str, mode: str, args: str) -> list[str]:
-    """Lines adding ``fn(args)`` into ``target`` (a 1-element array for scalars)."""
+def _add(target: str, mode: str, values: list[str]) -> list[str]:
+    """Lines adding a per-tuple result (its variables, as :class:`Inliner` computed them) into
+    ``target`` (a 1-element array for scalars)."""
     if mode == "scalar":
-        return [f"{target}[0] += {fn}({args})"]
+        return [f"{target}[0] += {values[0]}"]
     if mode == "array":
-        return [f"{target} += {fn}({args})"]
-    if mode == "scaled":
-        return [f"_s, _a = {fn}__split({args})", "for _j in range(_a.shape[0]):", f"    {target}[_j] += _s * _a[_j]"]
-    return [f"_s, _a, _b = {fn}__split({args})", "for _j in range(_a.shape[0]):", "    _sa = _s * _a[_j]",
-            "    for _k in range(_b.shape[0]):", f"        {target}[_j, _k] += _sa * _b[_k]"]
+        return [f"{target} += {values[0]}"]
+    s, a = values
+    return [f"for _j in range({a}.shape[0]):", f"    {target}[_j] += {s} * {a}[_j]"]
 
 
 def _indent(lines: list[str], n: int) -> str:
     return "".join(" " * n + line + "\n" for line in lines)
 
 
-def _sgd_source(plan: tuple) -> str:
+def _call(inl: Inliner, fn: str, mode: str, args: list[str]) -> list[str]:
+    return inl.call(f"{fn}__split" if mode in ("scaled", "rank1", "rank1s") else fn, args)
+
+
+#: Tuples ahead of the current one whose rows an SGD epoch prefetches (it visits them in a
+#: random order: without a prefetch, nearly every row is a cache miss).
+PREFETCH = 8
+
+
+def _sgd_source(alg: Algorithm, plan: tuple) -> str:
     (mode,) = plan
+    inl = Inliner(alg.source)
+    add = _add("g", mode, _call(inl, "gradient", mode, ["w", "x", "label"]))
     return f'''
 def _kernel(X, y, w, lr0, schedule, t0, order, batch, l2):
     d = X.shape[1]
     g = np.zeros(d)
     nb = 0
     t = t0
-    for k in range(order.shape[0]):
+    n = order.shape[0]
+    for k in range(n):
+        if k + {PREFETCH} < n:
+            ahead = order[k + {PREFETCH}]
+            _prefetch(X, ahead * d)
+            _prefetch(X, ahead * d + d - 1)
+            _prefetch(y, ahead)
         i = order[k]
-{_indent(_add("g", "gradient", mode, "w, X[i], y[i]"), 8)}        nb += 1
-        if nb == batch or k == order.shape[0] - 1:
+        x = X[i]
+        label = y[i]
+{_indent(inl.lines + add, 8)}        nb += 1
+        if nb == batch or k == n - 1:
             t += 1
             lr = _rate(lr0, schedule, t, l2)
             for a in range(d):
@@ -85,34 +107,36 @@ def add_block(SA, SB, A, rows, symmetric):
                 A[k, j] += s
 
 
-def _accumulate_source(plan: tuple, names: list[str], loss: bool) -> str:
+def _accumulate_source(alg: Algorithm, plan: tuple, loss: bool) -> str:
     """An accumulation pass: per tuple, ``scalar``/``array``/``scaled`` results are added at once,
     ``rank1``/``rank1s`` (symmetric) terms gathered for BLOCK tuples, then added together."""
-    body, setup, flush = [], [], []
-    for i, (name, mode) in enumerate(zip(names, plan)):
-        target, fn = f"A_{name}", f"acc_{name}"
-        if mode != "rank1" and mode != "rank1s":
-            body += _add(target, fn, mode, "w, x, t")
-        else:
-            setup += [f"SA_{name} = np.empty(({target}.shape[0], {BLOCK}))",
-                      f"SB_{name} = np.empty(({target}.shape[1], {BLOCK}))"]
-            body += [f"_s{i}, _a{i}, _b{i} = {fn}__split(w, x, t)",
-                     f"if _a{i}.shape[0] != {target}.shape[0] or _b{i}.shape[0] != {target}.shape[1]:",
-                     f"    raise ValueError('{fn} changed shape between tuples')",
-                     f"for _j in range(_a{i}.shape[0]):", f"    SA_{name}[_j, _r] = _s{i} * _a{i}[_j]",
-                     f"for _j in range(_b{i}.shape[0]):", f"    SB_{name}[_j, _r] = _b{i}[_j]"]
-            flush.append(f"_add_block(SA_{name}, SB_{name}, {target}, _r, {mode == 'rank1s'})")
+    inl = Inliner(alg.source)
+    adds, setup, flush = [], [], []
+    for name, mode in zip(alg.accumulators, plan):
+        target = f"A_{name}"
+        values = _call(inl, f"acc_{name}", mode, ["w", "x", "label"])
+        if mode not in ("rank1", "rank1s"):
+            adds += _add(target, mode, values)
+            continue
+        s, a, b = values
+        setup += [f"SA_{name} = np.empty(({target}.shape[0], {BLOCK}))",
+                  f"SB_{name} = np.empty(({target}.shape[1], {BLOCK}))"]
+        adds += [f"if {a}.shape[0] != {target}.shape[0] or {b}.shape[0] != {target}.shape[1]:",
+                 f"    raise ValueError('acc_{name} changed shape between tuples')",
+                 f"for _j in range({a}.shape[0]):", f"    SA_{name}[_j, _r] = {s} * {a}[_j]",
+                 f"for _j in range({b}.shape[0]):", f"    SB_{name}[_j, _r] = {b}[_j]"]
+        flush.append(f"_add_block(SA_{name}, SB_{name}, {target}, _r, {mode == 'rank1s'})")
     if loss:
-        body.append("L[0] += loss(w, x, t)")
+        adds.append(f"L[0] += {inl.call('loss', ['w', 'x', 'label'])[0]}")
     if flush:
-        body += ["_r += 1", f"if _r == {BLOCK}:"] + ["    " + f for f in flush] + ["    _r = 0"]
+        adds += ["_r += 1", f"if _r == {BLOCK}:"] + ["    " + f for f in flush] + ["    _r = 0"]
     return f'''
-def _kernel(X, y, w, lo, hi, {", ".join(f"A_{n}" for n in names)}, L):
+def _kernel(X, y, w, lo, hi, {", ".join(f"A_{n}" for n in alg.accumulators)}, L):
     _r = 0
 {_indent(setup, 4)}    for i in range(lo, hi):
         x = X[i]
-        t = y[i]
-{_indent(body, 8)}    if _r > 0:
+        label = y[i]
+{_indent(inl.lines + adds, 8)}    if _r > 0:
 {_indent(flush or ["pass"], 8)}    return 0
 '''
 
@@ -142,30 +166,37 @@ def _kernel(R, C, Y, U, V, lr0, schedule, t0, order, l2):
 '''
 
 
-_LOSS_SOURCE = {
-    "tuple": '''
+def _loss_source(alg: Algorithm) -> str:
+    inl = Inliner(alg.source)
+    (value,) = inl.call("loss", ["w", "x", "label"])
+    return f'''
 def _kernel(X, y, w):
     s = 0.0
     for i in range(X.shape[0]):
-        s += loss(w, X[i], y[i])
+        x = X[i]
+        label = y[i]
+{_indent(inl.lines, 8)}        s += {value}
     return s
-''',
-    "factor": '''
+'''
+
+
+_FACTOR_LOSS_SOURCE = '''
 def _kernel(R, C, Y, U, V):
     s = 0.0
     for i in range(Y.shape[0]):
         s += loss(U[R[i]], V[C[i]], Y[i])
     return s
-'''}
+'''
 
 
 def _kernel(alg: Algorithm, key: tuple, source: str):
     """The compiled kernel for ``key`` (kind and plan), generated from ``source`` once."""
     with alg.lock:
         if key not in alg.kernels:
-            ns = {**alg.namespace, "np": np, "_rate": rate, "_add_block": add_block}
+            ns = {**FUNCTIONS, **alg.namespace, "np": np, "_rate": rate, "_add_block": add_block,
+                  "_prefetch": prefetch}
             exec(source, ns)  # generated from the validated algorithm
-            alg.kernels[key] = njit(nogil=True)(ns["_kernel"])
+            alg.kernels[key] = njit(nogil=True, fastmath={"reassoc", "contract"})(ns["_kernel"])
         return alg.kernels[key]
 
 
@@ -190,15 +221,15 @@ def loss_kernel(alg: Algorithm):
     if not alg.has_loss:
         return None
     if alg.form == "factor":
-        return _kernel(alg, ("factor-loss",), _LOSS_SOURCE["factor"])
-    return _kernel(alg, ("loss",), _LOSS_SOURCE["tuple"])
+        return _kernel(alg, ("factor-loss",), _FACTOR_LOSS_SOURCE)
+    return _kernel(alg, ("loss",), _loss_source(alg))
 
 
 def sgd_kernel(alg: Algorithm, w, x, y):
     """``kernel(X, y, w, lr0, schedule, t0, order, batch, l2)``: an SGD epoch over the tuples
     ``order`` updating ``w`` in place; specialised on one sample tuple ``(w, x, y)``."""
     mode = _mode(alg, "gradient", w, x, y)
-    return _kernel(alg, ("sgd", mode), _sgd_source((mode,)))
+    return _kernel(alg, ("sgd", mode), _sgd_source(alg, (mode,)))
 
 
 def accumulate_kernel(alg: Algorithm, w, x, y) -> tuple:
@@ -207,7 +238,7 @@ def accumulate_kernel(alg: Algorithm, w, x, y) -> tuple:
     modes = tuple(_mode(alg, f"acc_{a}", w, x, y) for a in alg.accumulators)
     modes = tuple("rank1s" if m == "rank1" and f"acc_{a}" in alg.symmetric else m
                   for a, m in zip(alg.accumulators, modes))
-    kernel = _kernel(alg, ("accumulate", modes), _accumulate_source(modes, alg.accumulators, alg.has_loss))
+    kernel = _kernel(alg, ("accumulate", modes), _accumulate_source(alg, modes, alg.has_loss))
     shapes = [np.shape(alg.namespace[f"acc_{a}"](w, x, y)) or (1,) for a in alg.accumulators]
     return kernel, modes, shapes
 
