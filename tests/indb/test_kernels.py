@@ -103,3 +103,25 @@ def test_an_sgd_epoch_in_a_random_order_is_the_sequence_of_its_steps():
         w = w - lr * (g + 1e-4 * w * (np.arange(len(w)) > 0))
     np.testing.assert_allclose(got, w, rtol=1e-10, atol=1e-12)
     assert loss_kernel(alg)(X, y, w) == pytest.approx(np.maximum(0, 1 - y * (X @ w)).sum(), rel=1e-12)
+
+
+def test_update_may_give_the_loss_of_its_model_and_then_no_pass_sums_it():
+    alg = compile_algorithm("given", """
+def acc_xy(w, x, y):
+    return y * x
+def update(w, n, xy):
+    return xy / n, 7.0 + n
+def loss(w, x, y):
+    return 1e9
+""")
+    out = runtime.train(alg, {"X": X, "y": Y}, {"intercept": False})
+    np.testing.assert_allclose(out.model["coef"], X.T @ Y / len(Y), rtol=1e-12)
+    assert out.loss == 7.0 + len(Y)  # neither the pass nor a final pass summed loss()
+
+
+def test_update_returns_the_model_or_the_model_and_its_loss():
+    from learnedidx.errors import DSLError
+    with pytest.raises(DSLError, match="the model and its loss"):
+        compile_algorithm("three", "def acc_s(w, x, y):\n    return x\ndef update(w, s):\n    return s, 1.0, 2.0\n")
+    with pytest.raises(DSLError, match="Tuple is not allowed"):
+        compile_algorithm("elsewhere", "def gradient(w, x, y):\n    return (x, y)\n")

@@ -43,6 +43,7 @@ class Algorithm:
     accumulators: list[str] = field(default_factory=list)
     update_args: list[str] = field(default_factory=list)
     symmetric: set = field(default_factory=set)  # split functions of the form s * outer(a, a)
+    update_returns: int = 1  # values update returns: the model, or the model and its loss
     kernels: dict = field(default_factory=dict)  # (kernel, plan) -> compiled kernel
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -53,6 +54,11 @@ class Algorithm:
     @property
     def has_loss(self) -> bool:
         return "loss" in self.namespace
+
+    @property
+    def update_gives_loss(self) -> bool:
+        """``update`` returns ``(w, loss)``: the loss of its model, from the sums alone."""
+        return self.update_returns == 2
 
 
 def _calls(node: ast.AST) -> set[str]:
@@ -91,8 +97,11 @@ def _validate(tree: ast.Module) -> tuple[dict, dict[str, ast.FunctionDef]]:
     settings: dict = {}
     funcs: dict[str, ast.FunctionDef] = {}
     callable_ = set(FUNCTIONS) | set(UPDATE_FUNCTIONS)
+    # update may return the model and its loss: ``return w, loss``
+    pairs = {id(f.body[-1].value) for f in tree.body if isinstance(f, ast.FunctionDef) and f.name == "update"
+             and f.body and isinstance(f.body[-1], ast.Return) and isinstance(f.body[-1].value, ast.Tuple)}
     for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED):
+        if not isinstance(node, _ALLOWED) and id(node) not in pairs:
             raise DSLError(f"line {getattr(node, 'lineno', '?')}: {type(node).__name__} is not allowed in the DSL")
         if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in callable_):
             raise DSLError(f"line {node.lineno}: only calls to {sorted(callable_)} are allowed")
@@ -134,6 +143,9 @@ def _form(funcs: dict[str, ast.FunctionDef]) -> tuple[str, list[str], list[str]]
         unknown = [a for a in args if a not in ["w", "n"] + accs]
         if unknown or "w" not in args:
             raise DSLError(f"update takes w, n and accumulator names ({', '.join(accs)}), not {unknown or args}")
+        ret = funcs["update"].body[-1].value
+        if isinstance(ret, ast.Tuple) and len(ret.elts) != 2:
+            raise DSLError("update returns the model, or the model and its loss: w, loss")
         return "accumulate", accs, args
     if "update" in funcs:
         raise DSLError("update(w, ...) needs accumulators: define acc_<name>(w, x, y)")
@@ -247,5 +259,7 @@ def compile_algorithm(name: str, source: str) -> Algorithm:
     if "update" in funcs:
         ns["update"] = _bounded_update(ns["update"], ns)
     compiled = {k: v for k, v in ns.items() if k in funcs or k.endswith("__split")}
+    returns = funcs["update"].body[-1].value if "update" in funcs else None
     return Algorithm(name, source, settings, form, _cost(funcs), compiled, set(split), accs, update_args,
-                     symmetric={name for name, fn in split.items() if _symmetric(fn)})
+                     symmetric={name for name, fn in split.items() if _symmetric(fn)},
+                     update_returns=len(returns.elts) if isinstance(returns, ast.Tuple) else 1)

@@ -232,13 +232,15 @@ def sgd_kernel(alg: Algorithm, w, x, y):
     return _kernel(alg, ("sgd", mode), _sgd_source(alg, (mode,)))
 
 
-def accumulate_kernel(alg: Algorithm, w, x, y) -> tuple:
+def accumulate_kernel(alg: Algorithm, w, x, y, loss: bool = True) -> tuple:
     """(``kernel(X, y, w, lo, hi, *accumulators, loss)``, modes, accumulator shapes): one
-    pass adding every ``acc_*`` of tuples lo..hi-1 (and their loss) into the given arrays."""
+    pass adding every ``acc_*`` of tuples lo..hi-1 (and their loss, with ``loss``) into the
+    given arrays."""
     modes = tuple(_mode(alg, f"acc_{a}", w, x, y) for a in alg.accumulators)
     modes = tuple("rank1s" if m == "rank1" and f"acc_{a}" in alg.symmetric else m
                   for a, m in zip(alg.accumulators, modes))
-    kernel = _kernel(alg, ("accumulate", modes), _accumulate_source(alg, modes, alg.has_loss))
+    loss = loss and alg.has_loss
+    kernel = _kernel(alg, ("accumulate", modes, loss), _accumulate_source(alg, modes, loss))
     shapes = [np.shape(alg.namespace[f"acc_{a}"](w, x, y)) or (1,) for a in alg.accumulators]
     return kernel, modes, shapes
 

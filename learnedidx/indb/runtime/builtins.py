@@ -5,7 +5,7 @@ The SQL training functions pass MADlib's parameter names;
 """
 
 LINREGR = '''
-epochs = 1                      # one pass: sum X^T X and X^T y, then solve
+epochs = 1                      # one pass: sum X^T X, X^T y, y and y^2, then solve
 
 def acc_xx(w, x, y):
     return outer(x, x)
@@ -13,8 +13,16 @@ def acc_xx(w, x, y):
 def acc_xy(w, x, y):
     return y * x
 
-def update(w, xx, xy):
-    return lstsq(xx, xy)
+def acc_y(w, x, y):
+    return y
+
+def acc_yy(w, x, y):
+    return y * y
+
+def update(w, n, xx, xy, yy):
+    c = lstsq(xx, xy)
+    # the residual sum of squares at the solution: y'y - c'X'y, as X'X c = X'y
+    return c, max(yy - dot(c, xy), 0.0) / n
 
 def loss(w, x, y):
     r = y - dot(w, x)

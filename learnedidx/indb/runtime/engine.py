@@ -40,7 +40,7 @@ class TrainOutput:
     rows_used: int
     seconds: float
     modelled_seconds: float
-    info: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)  #: settings; for accumulating algorithms, the last sums
 
 
 def rounds(first: int, last: int, stop: StopCheck):
@@ -69,9 +69,10 @@ def run(alg: Algorithm, data, params: dict, *, threads: int = 2, seed: int = 0,
     s = settings_for(alg.settings, params)
     t0 = time.perf_counter()
     train = _train_factor if alg.form == "factor" else _train_linear
-    model, loss, epochs, n, d = train(alg, data, params, s, threads, seed, stop)
+    info: dict = {"settings": s}
+    model, loss, epochs, n, d = train(alg, data, params, s, threads, seed, stop, info)
     return TrainOutput(model, loss, epochs, n, time.perf_counter() - t0, modelled_seconds(alg.cost, n, d, epochs),
-                       {"settings": s})
+                       info)
 
 
 def _loss(ex: ThreadPoolExecutor, kernel, parts: list[slice], data: tuple, model: tuple, stop: StopCheck,
@@ -107,11 +108,11 @@ def _all_rows(src) -> tuple[np.ndarray, np.ndarray]:
     return y, X
 
 
-def _train_linear(alg, data, params, s, threads, seed, stop):
+def _train_linear(alg, data, params, s, threads, seed, stop, info):
     src = InMemory(design(data["X"], params), data["y"]) if isinstance(data, dict) else data
     with ThreadPoolExecutor(threads) as ex:
         if alg.form == "accumulate":
-            return _train_accumulate(alg, src, s, ex, stop)
+            return _train_accumulate(alg, src, s, ex, stop, info)
         y, X = _all_rows(src)
         y, extra = labels(y, s["labels"], alg.name)
         n = len(y)
@@ -147,7 +148,8 @@ class _Accumulation:
 
     def __init__(self, alg: Algorithm, w: np.ndarray, x: np.ndarray, y: float, kind: str) -> None:
         self.alg = alg
-        self.kernel, self.modes, self.shapes = accumulate_kernel(alg, w, x, y)
+        # the per-tuple loss is summed for the convergence test, unless update gives the loss
+        self.kernel, self.modes, self.shapes = accumulate_kernel(alg, w, x, y, loss=not alg.update_gives_loss)
         self.binary = kind == "binary"
 
     def chunk(self, w: np.ndarray, stop: StopCheck):
@@ -167,17 +169,21 @@ class _Accumulation:
         sums = [sum((r[0][k] for r in res), np.zeros(shape)) for k, shape in enumerate(self.shapes)]
         return sums, float(sum(r[1] for r in res))
 
-    def update(self, w: np.ndarray, sums: list, n: int) -> np.ndarray:
+    def update(self, w: np.ndarray, sums: list, n: int, info: dict) -> tuple[np.ndarray, float | None]:
+        """(the next model, its loss when update gives it)."""
         values = {"w": w.copy(), "n": n}
         values.update({a: (v[0] if mode == "scalar" else v) for a, v, mode in zip(self.alg.accumulators, sums,
                                                                                self.modes)})
-        new = np.asarray(self.alg.namespace["update"](*[values[a] for a in self.alg.update_args]), np.float64)
+        info["accumulators"] = {a: values[a] for a in self.alg.accumulators}
+        out = self.alg.namespace["update"](*[values[a] for a in self.alg.update_args])
+        new, loss = (out[0], float(out[1])) if self.alg.update_gives_loss else (out, None)
+        new = np.asarray(new, np.float64)
         if new.shape != w.shape:
             raise DSLError(f"update must return the model: {w.shape[0]} values, not shape {new.shape}")
-        return new
+        return new, loss
 
 
-def _train_accumulate(alg, src, s, ex, stop):
+def _train_accumulate(alg, src, s, ex, stop, info):
     """Epochs of accumulate-then-update; the first pass over a stream computes while it arrives."""
     extra: dict = {}
     if s["labels"] == "signed":  # the mapping needs both label values before the first row
@@ -205,17 +211,17 @@ def _train_accumulate(alg, src, s, ex, stop):
                 w = np.zeros(src.d)
                 acc = _Accumulation(alg, w, X0[0, 1:], float(y0[0]), s["labels"])
                 sums, lsum = acc.run(src, w, ex, stop)
-        w, epoch_loss = acc.update(w, sums, src.n), lsum / src.n
-        loss = epoch_loss
+        w, given = acc.update(w, sums, src.n, info)
+        loss = epoch_loss = lsum / src.n if given is None else given
         if abs(prev - epoch_loss) < s["tolerance"]:
             break
         prev = epoch_loss
-    if loss_k is not None:  # the pass saw the model before the update
+    if loss_k is not None and not alg.update_gives_loss:  # the pass saw the model before the update
         loss = float(sum(src.each(lambda y, X: (_stopped(stop), loss_k(X, y, w))[1], ex))) / src.n
     return {"coef": w, **extra}, loss, ep, src.n, src.d
 
 
-def _train_factor(alg, data, params, s, threads, seed, stop):
+def _train_factor(alg, data, params, s, threads, seed, stop, info):
     rows, cols, vals = factor_tuples(data)
     rank = int(s["rank"])
     rng = np.random.default_rng(seed)
