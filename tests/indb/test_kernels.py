@@ -125,3 +125,14 @@ def test_update_returns_the_model_or_the_model_and_its_loss():
         compile_algorithm("three", "def acc_s(w, x, y):\n    return x\ndef update(w, s):\n    return s, 1.0, 2.0\n")
     with pytest.raises(DSLError, match="Tuple is not allowed"):
         compile_algorithm("elsewhere", "def gradient(w, x, y):\n    return (x, y)\n")
+
+
+@pytest.mark.parametrize("values", [[1.0, 0.0, 1.0], [3.0, 3.0], [1.0, 2.0, 3.0], [], [-1.0, 5.0, 5.0, -1.0],
+                                    [2.0, 2.0, 2.0, 7.0], [0.5, 0.25, 0.5, 0.125]])
+def test_two_label_values_are_found_as_unique_finds_them(values):
+    from learnedidx.indb.runtime.data import two_values
+    got, want = two_values(np.array(values)), np.unique(values)
+    if len(want) == 2:
+        np.testing.assert_array_equal(got, want)
+    else:
+        assert got is None

@@ -45,16 +45,27 @@ def design(X: np.ndarray, params: dict) -> np.ndarray:
     return with_intercept(X, params.get("intercept") is not False and not has_ones)
 
 
+def two_values(y: np.ndarray) -> np.ndarray | None:
+    """The two distinct values of ``y``, ascending (None unless there are exactly two): in
+    linear time, where ``np.unique`` sorts."""
+    if len(y) == 0:
+        return None
+    rest = y[y != y[0]]
+    if len(rest) == 0 or not np.all(rest == rest[0]):
+        return None
+    return np.array(sorted((float(y[0]), float(rest[0]))))
+
+
 def labels(y: np.ndarray, kind: str, name: str) -> tuple[np.ndarray, dict]:
     """Labels as the algorithm's ``labels`` setting wants them, and what the model must keep:
     ``binary`` checks 0/1; ``signed`` maps two values to -1/+1 and keeps them as ``labels``."""
     if kind == "binary" and not np.all((y == 0) | (y == 1)):
         raise TrainingDataError(f"{name} needs labels 0/1 (or booleans)")
     if kind == "signed":
-        values = np.unique(y)
-        if len(values) != 2:
+        values = two_values(y)
+        if values is None:
             raise TrainingDataError(f"{name} needs exactly two label values")
-        return np.where(y == values[1], 1.0, -1.0), {"labels": values.astype(np.float64)}
+        return np.where(y == values[1], 1.0, -1.0), {"labels": values}
     return y, {}
 
 
