@@ -123,9 +123,16 @@ def _train_linear(alg, data, params, s, threads, seed, stop, info):
         kernel = sgd_kernel(alg, w, X[0], y[0])
         rng = np.random.default_rng(seed)
         sched, batch = SCHEDULES[s["schedule"]], int(s["batch_size"])
+        # each epoch's order: rng.permutation(np.arange(p.start, p.stop)), shuffled in place
+        orders = [np.arange(p.start, p.stop) for p in parts]
         for ep in rounds(1, int(s["epochs"]), stop):
             lr = s["learning_rate"] * (0.5 ** ((ep - 1) // 10) if s["schedule"] == "step" else 1.0)
-            orders = [rng.permutation(np.arange(p.start, p.stop)) for p in parts]
+            for p, o in zip(parts, orders):
+                if ep > 1:
+                    o[:] = 1  # back to range(p.start, p.stop), without allocating it again
+                    o[0] = p.start
+                    np.cumsum(o, out=o)
+                rng.shuffle(o)
             tbase = (ep - 1) * max(1, len(orders[0]) // max(1, batch))
 
             def epoch(o, m, t):  # pieces of whole mini-batches: the same steps as one call
