@@ -104,3 +104,93 @@ def test_nulls_leave_no_holes_and_a_leading_ones_column_is_the_intercept(db):
         want = runtime.train(algorithm, {"X": XX, "y": yy}, params)
         assert len(coef) == 4  # the ones column is the intercept
         np.testing.assert_allclose(coef, want.model["coef"], rtol=1e-9)
+
+
+class FakeServer:
+    """A process that answers on the server's socket as the server's OS user and, instead of
+    serving a call, sends ``frames`` (payload, flags, descriptor or None) after the request."""
+
+    def __init__(self, path: str, frames: list) -> None:
+        import socket
+        import threading
+
+        self.frames = frames
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(4)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        import socket
+
+        from learnedidx.server import protocol as P
+        conn, _ = self.listener.accept()
+        with conn:
+            conn.sendall(P.encode(P.HELLO))
+            P.read_frame(conn)
+            for payload, flags, fd in self.frames:
+                frame = P.encode_binary(flags, payload)
+                if fd is None:
+                    conn.sendall(frame)
+                else:
+                    socket.send_fds(conn, [frame], [fd])
+            conn.settimeout(10)
+            while conn.recv(1 << 16):  # until the backend gives up on us
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+        self.thread.join(10)
+
+
+def _memfd(size: int, seal: bool) -> int:
+    import fcntl
+    import os
+
+    fd = os.memfd_create("fake-ring", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    if seal:
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+    return fd
+
+
+def _ring_cases(tmp_path):
+    from learnedidx.server import protocol as P
+    from learnedidx.server import stream as S
+    ring = S.RING.pack(b"M", S.RING_SLOTS, S.SLOT_BYTES)
+    size = S.RING_SLOTS * S.SLOT_BYTES
+    import os
+    plain = tmp_path / "plain"
+    plain.touch()
+    os.truncate(plain, size)
+    return {
+        "unsealed": ([(ring, P.CONTROL, _memfd(size, False))], "not sealed against shrinking"),
+        "a file, not a memfd": ([(ring, P.CONTROL, os.open(plain, os.O_RDWR))], "not sealed against shrinking"),
+        "smaller than it says": ([(ring, P.CONTROL, _memfd(size // 2, True))], "smaller than the ring"),
+        "no memory": ([(ring, P.CONTROL, None)], "without its memory"),
+        "huge slots": ([(S.RING.pack(b"M", 4, 1 << 30), P.CONTROL, _memfd(size, True))], "unsupported shape"),
+        "data before a ring": ([(S.CONTROL.pack(b"S", 0, 1), P.CONTROL, None)], "without a ring"),
+        "a slot it never filled": ([(ring, P.CONTROL, _memfd(size, True)), (S.FREE.pack(b"F", 3), P.CONTROL, None)],
+                                   "freed a slot it did not hold"),
+    }
+
+
+@pytest.mark.parametrize("case", ["unsealed", "a file, not a memfd", "smaller than it says", "no memory",
+                                  "huge slots", "data before a ring", "a slot it never filled"])
+def test_a_ring_the_backend_cannot_trust_is_refused_and_the_session_lives_on(db, tmp_path, case):
+    """Whatever a process answering on the socket sends, the backend maps only a sealed memfd
+    as large as the ring it describes, writes only slots it holds, and fails the call with
+    08006, never the backend: the session goes on."""
+    import psycopg
+    db.execute("CREATE TABLE small (y float8, features float8[])")
+    db.execute("INSERT INTO small SELECT i, ARRAY[i, 1] FROM generate_series(1, 100) i")
+    frames, message = _ring_cases(tmp_path)[case]
+    fake = FakeServer(str(tmp_path / "fake.sock"), frames)
+    try:
+        db.execute("SELECT set_config('learnedidx.socket', %s, false)", (str(tmp_path / "fake.sock"),))
+        with pytest.raises(psycopg.errors.ConnectionFailure, match=message):
+            db.execute("SELECT * FROM learnedidx.linregr_train('small', 'm', 'y', 'features')")
+        assert db.execute("SELECT count(*) FROM small").fetchone() == (100,)
+    finally:
+        fake.close()
