@@ -11,7 +11,6 @@ rows per worker, whatever the table's size.
 """
 from __future__ import annotations
 
-import mmap
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -21,7 +20,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from learnedidx.errors import InDBError, PagesUndecodableError, TooLargeError
-from learnedidx.indb.read import strider
+from learnedidx.indb.read import memory, strider
 from learnedidx.indb.read.strider import Layout
 
 #: ``request(pass number, query path?, why)``: the frames of one pass.
@@ -45,38 +44,48 @@ class PassStats:
     passes: int = 0  # passes streamed from the backend in all
 
 
-def _fresh(*shape: int) -> np.ndarray:
-    """float64 zeros in anonymous memory of their own, released with the array.  numpy advises
-    transparent huge pages for large arrays; where the kernel backs a fault with a huge page
-    slowly (under a hypervisor, about 3 s per GiB against 0.5 s with 4 KiB pages, measured here),
-    the rows' first writes would cost more than their decoding."""
-    count = int(np.prod(shape))
-    return np.frombuffer(mmap.mmap(-1, max(8, 8 * count)), np.float64, count).reshape(shape)
-
-
 class _Cache:
-    """The first pass's rows in slot order, within ``budget`` bytes: each slot reserves as many
-    rows as it has tuples; rows a NULL made unusable leave holes, closed at the end."""
+    """The first pass's rows in slot order, within ``budget`` bytes, in a region of
+    :mod:`.memory`: each slot reserves as many rows as it has tuples; rows a NULL made unusable
+    leave holes, closed at the end."""
 
     def __init__(self, rows: int, d: int, budget: int) -> None:
         self.d, self.budget = d, budget
         self.n = 0
-        self.y, self.X = self._arrays(rows)
+        self.region, self.y, self.X = self._arrays(rows)
+        self.retired: list = []  # regions grown out of, given back with this one
 
-    def _arrays(self, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    def _arrays(self, rows: int):
         if rows * (self.d + 1) * 8 > self.budget:
             raise TooLargeError(f"the training data need more than the server's memory limit per call "
                                 f"({self.budget:,} bytes; its administrator sets --max-call-memory)")
-        return _fresh(rows), _fresh(rows, self.d)
+        at = -(-rows * 8 // 64) * 64  # X starts on a cache line
+        region = memory.take(at + rows * self.d * 8)
+        return (region, np.frombuffer(region, np.float64, rows),
+                np.frombuffer(region, np.float64, rows * self.d, at).reshape(rows, self.d))
+
+    def fits(self, rows: int) -> bool:
+        return self.n + rows <= len(self.y)
+
+    def grow(self, rows: int) -> None:
+        """Room for ``rows`` more rows beyond the first estimate: the rows move to a larger
+        region (no decoding may write meanwhile)."""
+        region, y, X = self._arrays(max(self.n + rows, len(self.y) * 3 // 2))
+        y[:self.n], X[:self.n] = self.y[:self.n], self.X[:self.n]
+        self.retired.append(self.region)
+        self.region, self.y, self.X = region, y, X
 
     def reserve(self, rows: int) -> int:
-        """Where ``rows`` more rows go (growing, by copying, beyond the first estimate)."""
-        if self.n + rows > len(self.y):
-            y, X = self._arrays(max(self.n + rows, len(self.y) * 3 // 2))
-            y[:self.n], X[:self.n] = self.y[:self.n], self.X[:self.n]
-            self.y, self.X = y, X
+        """Where ``rows`` more rows go."""
         start, self.n = self.n, self.n + rows
         return start
+
+    def release(self) -> None:
+        """Give the regions back (the rows may not be used after)."""
+        self.y = self.X = None
+        for region in self.retired + ([self.region] if self.region is not None else []):
+            memory.give(region)
+        self.region, self.retired = None, []
 
     def finish(self, spans: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
         """(y, X) of the rows written, holes closed (``spans``: (start, rows) in slot order)."""
@@ -142,9 +151,15 @@ class StreamSource:
         self.ones = False  # every row's first feature is 1.0 (once the first pass ended)
         self.finite = True  # no NaN or infinity (once the first pass ended)
         self._first: _Pass | None = None  # the first pass, while peek has started it
+        self._caches: list[_Cache] = []  # the memory of rows kept, given back on close
 
     def close(self) -> None:
+        """Stop the workers; give the memory of the rows kept back (nothing may use them after)."""
         self.pool.shutdown(wait=True, cancel_futures=True)
+        self.cached = None
+        for cache in self._caches:
+            cache.release()
+        self._caches = []
 
     def __enter__(self) -> "StreamSource":
         return self
@@ -161,16 +176,16 @@ class StreamSource:
             buf = self.local.buf = (np.empty(n), np.empty((n, self.d)))
         return buf
 
-    def _decode(self, p: _Pass, slot, layout: Layout | None, start: int | None):
-        """Decode ``slot`` into the cache at ``start`` (None: this thread's scratch rows) and
+    def _decode(self, p: _Pass, slot, layout: Layout | None, cache: _Cache | None, start: int):
+        """Decode ``slot`` into ``cache`` at ``start`` (no cache: this thread's scratch rows) and
         give it back: (y, X) of its usable rows."""
         t0 = time.perf_counter()
         try:
             count = slot.tuples if slot.pages is not None else len(slot.rows)
-            if start is None:
+            if cache is None:
                 (y, X), row0 = self._scratch(count), 0
             else:
-                y, X, row0 = p.cache.y, p.cache.X, start
+                y, X, row0 = cache.y, cache.X, start
             if slot.pages is not None:
                 k, skipped, ones, finite = strider.decode(layout, slot.blocks, slot.pages, self.width, self.lead,
                                                           y, X, row0)
@@ -193,9 +208,10 @@ class StreamSource:
             p.decode_seconds += time.perf_counter() - t0
         return y[row0:row0 + k], X[row0:row0 + k]
 
-    def _job(self, p: _Pass, seq: int, slot, layout: Layout | None, start: int | None, fn: ChunkFn) -> None:
-        y, X = self._decode(p, slot, layout, start)
-        p.spans[seq] = (start or 0, len(y))
+    def _job(self, p: _Pass, seq: int, slot, layout: Layout | None, cache: _Cache | None, start: int,
+             fn: ChunkFn) -> None:
+        y, X = self._decode(p, slot, layout, cache, start)
+        p.spans[seq] = (start, len(y))
         if len(y):
             p.results[seq] = fn(y, X)
 
@@ -212,6 +228,7 @@ class StreamSource:
             return
         try:
             p.cache = _Cache(rows, self.d, self.budget)
+            self._caches.append(p.cache)
         except TooLargeError:
             if self.need_all:
                 raise
@@ -266,22 +283,26 @@ class StreamSource:
                     self._count_only(p, slot)
                     return False
                 self._shape(p, w, slot)
-        start = None
+        start = 0
         if p.cache is not None:
+            count = slot.tuples if slot.pages is not None else len(slot.rows)
             try:
-                start = p.cache.reserve(slot.tuples if slot.pages is not None else len(slot.rows))
+                if not p.cache.fits(count):
+                    self._settle(p, 0)  # no job may write while the rows move
+                    p.cache.grow(count)
+                start = p.cache.reserve(count)
             except TooLargeError:
                 if self.need_all:
                     self.release(slot)
                     raise
                 p.cache = None  # stream on: the rows go to the workers' scratch rows
         if fn is None:
-            y, X = self._decode(p, slot, p.layout, start)
-            p.spans[seq] = (start or 0, len(y))
+            y, X = self._decode(p, slot, p.layout, p.cache, start)
+            p.spans[seq] = (start, len(y))
             if len(y):
-                p.early.append((seq, y if start is not None else y.copy(), X if start is not None else X.copy()))
+                p.early.append((seq, y if p.cache is not None else y.copy(), X if p.cache is not None else X.copy()))
             return len(y) > 0
-        p.futures.append(self.pool.submit(self._job, p, seq, slot, p.layout, start, fn))
+        p.futures.append(self.pool.submit(self._job, p, seq, slot, p.layout, p.cache, start, fn))
         if len(p.futures) > IN_FLIGHT:
             self._settle(p, IN_FLIGHT // 2)
         return False
@@ -362,8 +383,12 @@ class StreamSource:
         self.ones = p.rows > 0 and self.d > self.lead and p.ones
         if p.cache is not None:
             self.cached = p.cache.finish([p.spans[s] for s in sorted(p.spans)])
-        elif self.need_all or p.rows == 0:
-            self.cached = (np.empty(0), np.empty((0, self.d))) if p.rows == 0 else None
+        elif p.rows == 0:
+            self.cached = (np.empty(0), np.empty((0, self.d)))
+        for cache in self._caches:  # given up: over the budget, or a pass read again
+            if cache is not p.cache:
+                cache.release()
+        self._caches = [p.cache] if p.cache is not None else []
 
     # ------------------------------------------------------------------ the consumer's side
     def peek(self) -> tuple[np.ndarray, np.ndarray] | None:
