@@ -264,10 +264,11 @@ def _run_size(cluster, server, psycopg, n, features, tasks, madlib, repeat, thre
         console.print(f"{n:,} rows × {features} float8 features: bench_x {mb:,.0f} MiB "
                       f"(made in {time.perf_counter() - t0:.0f} s)")
         # warm-up: the table in PostgreSQL's and the OS's caches, each contender's code loaded
-        # (the server compiled its kernels when it started)
+        # (the server compiled its kernels when it started), the server's row memory mapped
         c, mc = Contender(conn, server.pid), Contender(mconn, server.pid)
         c.scan("SELECT count(*) FROM bench_x")
         c.run(TASKS["linregr"].ours, True)
+        c.run(TASKS["svm-1"].ours, True)
         if madlib is not None:
             mc.run(TASKS["linregr"].madlib, False)
         runs: dict[tuple[str, str], list[Run]] = {}
