@@ -66,6 +66,10 @@ class KeyLengthError(LearnedIdxError, ValueError, kind="key-length", sqlstate="2
     """A key was empty or longer than the store's ``max_key_len``."""
 
 
+class BatchError(LearnedIdxError, ValueError, kind="batch", sqlstate="22023"):
+    """A batch call's sequences do not match (keys and values, start keys and counts)."""
+
+
 class WorkloadError(LearnedIdxError, ValueError, kind="workload", sqlstate="22023"):
     """A workload definition, property file or trace was invalid."""
 

@@ -38,9 +38,11 @@ class KeyBatch:
 
 
 def check_key(key: Any, max_len: int) -> bytes:
-    """``key`` as ``bytes`` (``str`` encoded UTF-8), 1..``max_len`` bytes long."""
-    if isinstance(key, bytes):
+    """``key`` as exactly ``bytes`` (``str`` encoded UTF-8), 1..``max_len`` bytes long."""
+    if type(key) is bytes:
         k = key
+    elif isinstance(key, bytes):
+        k = bytes(key)
     elif isinstance(key, str):
         k = key.encode("utf-8")
     elif isinstance(key, (bytearray, memoryview)):
@@ -53,10 +55,10 @@ def check_key(key: Any, max_len: int) -> bytes:
 
 
 def check_value(value: Any) -> bytes:
-    """``value`` as ``bytes``."""
-    if isinstance(value, bytes):
+    """``value`` as exactly ``bytes``."""
+    if type(value) is bytes:
         return value
-    if isinstance(value, (bytearray, memoryview)):
+    if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     raise KeyTypeError(f"values must be bytes, not {type(value).__name__}")
 

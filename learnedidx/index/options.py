@@ -31,6 +31,7 @@ class StoreOptions:
     trainer_retry: float = 30.0  #: seconds before a failed trainer is tried again
     checkpoint_bytes: int = 64 << 20  #: log size past which a checkpoint is taken
     full_retrain_fraction: float = 0.1  #: deletes (fraction of a group) forcing a full retrain
+    max_backlog: int = 1 << 20  #: keys written but not yet in a retrained model, past which writers wait
 
     def __post_init__(self) -> None:
         _choice("sync", self.sync, SYNC_POLICIES)
@@ -40,6 +41,7 @@ class StoreOptions:
         _int("max_features", self.max_features, 1, 255)
         _int("buffer_threshold", self.buffer_threshold, 1)
         _int("checkpoint_bytes", self.checkpoint_bytes, 0)
+        _int("max_backlog", self.max_backlog, 1)
         _number("sync_interval", self.sync_interval, positive=True)
         _number("retrain_interval", self.retrain_interval, positive=True)
         _number("trainer_retry", self.trainer_retry)

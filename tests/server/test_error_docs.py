@@ -9,7 +9,7 @@ from learnedidx import errors
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: Kinds raised in the client process (store, workloads, an unreachable server), never replies.
-CLIENT_SIDE = {"key-type", "key-length", "store-closed", "store-locked", "corrupt-log", "workload", "trace-format",
+CLIENT_SIDE = {"key-type", "key-length", "batch", "store-closed", "store-locked", "corrupt-log", "workload", "trace-format",
                "unavailable"}
 
 
