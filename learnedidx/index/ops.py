@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from numba import njit, types
 
 from learnedidx.index.layout import (
@@ -24,9 +26,12 @@ from learnedidx.index.layout import (
     D_PINS, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_GEN, T_N, T_NTOMB, T_RPREFIX, T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item,
     merged, root, table)
 from learnedidx.index.pyobjects import replace_item
-from learnedidx.index.search import buffer_search, find_root, merged_find, merged_lower_bound, next_pair
+from learnedidx.index.search import (
+    buffer_search, exact, find_root, find_root_near, finish, heads_bound, merged_find, merged_lower_bound, next_pair,
+    prefetch_window, radix_order, window)
 from learnedidx.native import (
-    address_of, as_ref, call_with_address, call_with_two, copy_from_address, load_word, pyref, store_word)
+    address_of, as_ref, call_with_address, call_with_two, copy_from_address, load_word, prefetch_address, pyref,
+    store_word)
 
 # Write codes (low byte), the group id above GROUP_SHIFT.
 C_UPDATED, C_INSERTED, C_INSERTED_FULL, C_NEED_COW, C_FULL, C_BAD_KEY, C_BAD_VALUE, C_NOT_FOUND, C_DELETED = range(9)
@@ -180,22 +185,85 @@ def _list(obj):
     return load_word(obj + LIST_ITEMS), load_word(obj + OB_SIZE)
 
 
+_LANES = 16  # queries in flight together in get_many
+
+
 @njit(cache=True)
 def get_many(daddr, keys, out) -> int:
     """Values of the key objects of list ``keys`` into list ``out`` (as long, of Nones);
     -1, or the index of the first key that is not exactly ``bytes`` of a valid length
-    (then ``out`` is incomplete)."""
+    (then ``out`` is incomplete).
+
+    Keys are answered in (roughly) sorted order, so that consecutive ones share groups and
+    cache lines, and ``_LANES`` at a time, each step done for all of them before the next:
+    root and window (prefetching the window), the heads search (prefetching the key and
+    value it lands on), the key compare, the values.  The misses of a lane's queries overlap
+    where one query at a time would wait for each of its own."""
     d = desc(daddr)
     inc, dec, tomb = d[D_INCREF], d[D_DECREF], d[D_TOMB]
     kit, m = _list(keys)
     oit, mo = _list(out)
-    for t in range(min(m, mo)):
+    m = min(m, mo)
+    qh0 = np.empty(m, np.int64)
+    for t in range(m):
         qp, ql = _query(d, item(kit, t))
         if ql < 0:
             return t
-        v = _lookup(d, qp, ql)
-        if v != 0 and v != tomb:
-            replace_item(oit, t, v, inc, dec)
+        qh0[t] = head(qp, ql, 0)
+    order = radix_order(qh0)
+    _, _, rgid = root(d)
+    tab = table(d)
+    cf = coefs(d)
+    B = d[D_B]
+    grp = np.empty(_LANES, np.int64)
+    wa = np.empty(_LANES, np.int64)
+    wb = np.empty(_LANES, np.int64)
+    qhs = np.empty(_LANES, np.int64)
+    rs = np.empty(_LANES, np.int64)
+    r = -1
+    for t0 in range(0, m, _LANES):
+        n = min(m - t0, _LANES)
+        for j in range(n):
+            qp, ql = bytes_ptr(item(kit, order[t0 + j]))
+            r = find_root_near(d, qp, ql, r)
+            g = rgid[r]
+            a, b, qh = window(tab[g], cf[g], qp, ql)
+            grp[j], wa[j], wb[j], qhs[j] = g, a, b, qh
+            if a >= 0:
+                heads, offs, _ = merged(tab[g])
+                prefetch_window(heads, offs, tab[g, T_VITEMS], a, b)
+        for j in range(n):
+            if wa[j] >= 0:
+                row = tab[grp[j]]
+                heads, offs, base = merged(row)
+                x = heads_bound(heads, qhs[j], wa[j], wb[j])
+                rs[j] = x
+                if x < wb[j]:
+                    prefetch_address(item(row[T_VITEMS], x))
+                    prefetch_address(base + offs[x])
+        for j in range(n):
+            t = order[t0 + j]
+            qp, ql = bytes_ptr(item(kit, t))
+            g = grp[j]
+            row = tab[g]
+            x, eq = finish(row, qp, ql, qhs[j], wa[j], wb[j], rs[j] if wa[j] >= 0 else -1)
+            i = exact(row, qp, ql, x, eq)
+            v = 0
+            if i >= 0:
+                v = item(row[T_VITEMS], i)
+            else:
+                bord = buffer(row, B)
+                if bord[0]:
+                    jj, found = buffer_search(row, B, bord, qp, ql)
+                    if found:
+                        v = item(row[T_VITEMS], row[T_N] + bord[2 + 2 * jj])
+            rs[j] = v
+            if v != 0:
+                prefetch_address(v)
+        for j in range(n):
+            v = rs[j]
+            if v != 0 and v != tomb:
+                replace_item(oit, order[t0 + j], v, inc, dec)
     return -1
 
 
