@@ -26,9 +26,6 @@ CONFIGS = {
     "c: server, cpu": ({"retrain": "background", "trainer": "server"}, "cpu"),
     "d: server, fpga-emu": ({"retrain": "background", "trainer": "server"}, "fpga-emu"),
 }
-#: 50% reads, 50% inserts of new keys (zipfian reads), as in the comparison with SIndex.
-READINSERT = {"readproportion": "0.5", "insertproportion": "0.5", "updateproportion": "0",
-              "scanproportion": "0", "readmodifywriteproportion": "0", "requestdistribution": "zipfian"}
 
 
 def _streams(workload: str, records: int, operations: int, seed: int):
@@ -40,10 +37,7 @@ def _streams(workload: str, records: int, operations: int, seed: int):
         tmp = Path(tempfile.mkdtemp(prefix="lidx-trace-")) / f"c{cluster}.csv"
         generate(cluster_stats(cluster), records + operations, tmp, seed)
         return replay_streams(tmp, records)
-    props = load_properties("A" if workload == "50/50" else workload)
-    if workload == "50/50":
-        props = {**props, **READINSERT}
-    w = Workload.from_properties(props, {"recordcount": str(records), "operationcount": str(operations)})
+    w = Workload.from_properties(load_properties(workload), {"recordcount": str(records), "operationcount": str(operations)})
     ks = KeySpace(w)
     return load_stream(w, ks, seed), run_stream(w, ks, seed)
 
@@ -99,8 +93,8 @@ def run_config(workload: str, records: int, operations: int, seed: int, options:
 def register(app: typer.Typer) -> None:
     @app.command("offload")
     def offload(
-        workloads: str = typer.Option("D,D',E,E',50/50,twitter-37",
-                                      help="YCSB workloads, 50/50 (reads and inserts), twitter-<cluster>"),
+        workloads: str = typer.Option("D,D',E,E',RI,twitter-37",
+                                      help="YCSB workloads (RI: half reads, half inserts), twitter-<cluster>"),
         records: int = typer.Option(1_000_000),
         operations: int = typer.Option(500_000),
         buffer_threshold: int = typer.Option(64, help="store buffer threshold (small: retrain often)"),
