@@ -15,6 +15,7 @@ arrays and lists go to the ``keep`` list of every live view and die with the las
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,6 +88,9 @@ class LiveIndex:
         self.free: list[int] = []
         self.views: list[View] = []
         self.pin_gen = 0
+        # Guards views and the pin slots; unpin takes only this one (it may run in a
+        # finalizer, even inside a writer), re-entrant for that reason.
+        self._pin_lock = threading.RLock()
         self.tab = np.zeros((8, L.T_COLS), np.int64)
         self.coef = np.zeros((8, self.cols))
         self.rhead = np.zeros(8, np.int64)
@@ -221,7 +225,11 @@ class LiveIndex:
 
     def pin(self) -> View:
         """An image of the index now (see :class:`View`), kept consistent while writers go
-        on: they copy a group before changing what the view reads of it."""
+        on: they copy a group before changing what the view reads of it (writer lock held)."""
+        with self._pin_lock:
+            return self._pin()
+
+    def _pin(self) -> View:
         self.pin_gen += 1
         nroot = int(self.D[L.D_NROOT])
         arrays = (self.tab.copy(), self.coef.copy(), self.rhead[:nroot].copy(), self.rpiv[:nroot].copy(),
@@ -238,10 +246,11 @@ class LiveIndex:
         return view
 
     def unpin(self, view: View) -> None:
-        if view in self.views:
-            self.views.remove(view)
-            FI.set_slots(self.addr, np.array([L.D_PINS], np.int64), np.array([len(self.views)], np.int64))
-        view.keep.clear()
+        with self._pin_lock:
+            if view in self.views:
+                self.views.remove(view)
+                FI.set_slots(self.addr, np.array([L.D_PINS], np.int64), np.array([len(self.views)], np.int64))
+            view.keep.clear()
 
     def copy_group(self, g: int) -> None:
         """Group ``g`` gets its own copy of its value list and buffer (a view reads the old)."""

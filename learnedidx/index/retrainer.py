@@ -14,6 +14,7 @@ group's keys *at that moment*: a model fitted to slightly older keys is still ex
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -176,9 +177,10 @@ def publish(live: LiveIndex, job: Job, f: Fit) -> bool:
     if grp is not job.grp:
         return False
     live.publish_model(job.g, f.coef, f.prefix, f.feat)
-    later = grp.memo.deletes - job.deletes if grp.memo is not None else 0  # deletes while it trained
-    grp.memo = Memo(f.R, f.prefix, f.feat, (job.deletes if f.incremental else 0) + later) if f.R is not None else None
-    del grp.pending[:len(job.pending)]
+    if grp.memo is job.memo:  # else another retrain published since: its memo stays
+        later = grp.memo.deletes - job.deletes if grp.memo is not None else 0  # deleted while it trained
+        grp.memo = Memo(f.R, f.prefix, f.feat, (job.deletes if f.incremental else 0) + later) if f.R is not None else None
+        del grp.pending[:len(job.pending)]
     grp.untrained -= job.untrained
     return True
 
@@ -265,7 +267,10 @@ class RetrainQueue:
                 self._cv.notify_all()
 
     def _train_due(self, locked: bool) -> None:
-        with self._training:
+        """Train every due group; ``locked``: the caller holds the writer lock (which then
+        serializes retrains: taking ``_training`` after it would invert the lock order of
+        the unlocked retrains, which take it before)."""
+        with contextlib.nullcontext() if locked else self._training:
             while (g := self._pop()) is not None:
                 try:
                     self._train_one(g, locked)

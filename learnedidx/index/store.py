@@ -234,8 +234,7 @@ class Store:
                     return
                 start, excl = ks[n - 1], True
         finally:
-            with self._wlock:
-                self._live.unpin(view)
+            self._live.unpin(view)  # no writer lock: this may run in a finalizer, in a writer
 
     def _scan_view(self, addr: int, start: bytes, ks: list, vs: list, excl: bool, bound: Any) -> int:
         n = self._scan(addr, start, len(ks), id(ks), id(vs), excl, bound)
@@ -343,9 +342,11 @@ class Store:
             raise KeyError(key)
 
     def _batch(self, keys: Any, values: Sequence[Any], reads: bool) -> tuple[list, list]:
-        """Checked lists of exact keys and values (None for reads where ``reads``)."""
-        klist = self._key_list(keys)
-        vlist = values if type(values) is list else list(values)
+        """Checked lists of exact keys and values (None for reads where ``reads``), copies
+        of the caller's: what is logged is what is applied, whatever another thread does
+        to the caller's lists meanwhile."""
+        klist = list(keys) if type(keys) is list else self._key_list(keys)
+        vlist = list(values)
         if len(klist) != len(vlist):
             raise BatchError(f"{len(klist)} keys but {len(vlist)} values")
         if self._check_batch(self._addr, id(klist), id(vlist), reads) >= 0:
@@ -428,6 +429,9 @@ class Store:
                 with _no_gc():
                     gids, ins, dropped = self._live.fold(g)
                 self._queue.add(gids, ins + dropped)
+            if self.options.retrain == "inline":  # inline stores train under the writer lock
+                self._queue.drain(locked=True)
+                return
         self._queue.drain()
 
     # ------------------------------------------------------------------ durability
@@ -466,8 +470,7 @@ class Store:
                 karena, koffs, varena, voffs = self._live.export(view)
                 self._dur.finish_checkpoint(seg, karena, koffs, varena, voffs)
             finally:
-                with self._wlock:
-                    self._live.unpin(view)
+                self._live.unpin(view)
 
     # ------------------------------------------------------------------ admin
     def stats(self) -> dict:
