@@ -147,10 +147,7 @@ class Store:
         self._check_open()
         st = self._st
         batch, klist = KS.as_batch(start_keys, self._max_len)
-        counts = ([KS.check_count(count)] * len(batch) if isinstance(count, int)
-                  else [KS.check_count(c) for c in count])
-        if len(counts) != len(batch):
-            raise ValueError(f"{len(batch)} start keys but {len(counts)} counts")
+        counts = KS.check_counts(count, len(batch))
         pos = st.search(batch, False).tolist()
         if klist is None:
             klist = batch.keys()
@@ -214,8 +211,7 @@ class Store:
         batch, klist = KS.as_batch(keys, self._max_len)  # checked and packed in one compiled pass
         klist = klist if klist is not None else batch.keys()
         vlist = KS.check_values(values)
-        if len(klist) != len(vlist):
-            raise ValueError(f"{len(klist)} keys but {len(vlist)} values")
+        KS.check_same_length(len(klist), len(vlist))
         bulk = self._st.nkeys() == 0 and not self._st.buf and len(klist) >= self.options.group_size
         with self._mlock if bulk else contextlib.nullcontext(), self._wlock:  # lock order: merge, write
             self._check_open()
@@ -239,20 +235,18 @@ class Store:
         Numba call, and the writes are logged as one atomic, durable batch before any is
         applied.  ``keys`` as for :meth:`get_many`."""
         self._check_open()
-        vlist = values if isinstance(values, list) else list(values)
+        vlist = values if isinstance(values, list) else list(KS.sequence(values, "values"))
         nreads = vlist.count(None)
         if nreads == len(vlist):  # reads only: no lock, no write log
             out = self.get_many(keys)
-            if len(out) != nreads:
-                raise ValueError(f"{len(out)} keys but {nreads} values")
+            KS.check_same_length(len(out), nreads)
             return out
         if not nreads:  # writes only: put_many (bulk-loads an empty store)
             self.put_many(keys, vlist)
             return [None] * len(vlist)
         batch, klist = KS.as_batch(keys, self._max_len)
         klist = klist if klist is not None else batch.keys()
-        if len(klist) != len(vlist):
-            raise ValueError(f"{len(klist)} keys but {len(vlist)} values")
+        KS.check_same_length(len(klist), len(vlist))
         if not set(map(type, vlist)) <= {bytes, type(None)}:
             vlist = [v if v is None else KS.check_value(v) for v in vlist]
         out: list = [None] * len(klist)
