@@ -40,6 +40,7 @@ from learnedidx.errors import ConfigError, StoreClosedError
 from learnedidx.index import grouping
 from learnedidx.index import kernels as K
 from learnedidx.index import keys as KS
+from learnedidx.index.checkpointfile import chunks_of
 from learnedidx.index.durability import OP_PUT, Durability
 from learnedidx.index.keys import KeyBatch
 from learnedidx.index.options import StoreOptions
@@ -61,23 +62,31 @@ class Store:
                  **kwargs: Any) -> None:
         if options is not None and (kwargs or not isinstance(options, StoreOptions)):
             raise ConfigError("pass a StoreOptions or keyword options, not both")
-        self.options = opts = options if options is not None else StoreOptions.of(kwargs)
-        self._max_len = opts.max_key_len  # read by put's fast path
-        self._inline = opts.retrain == "inline"  # read after every write
-        self._retrainer = Retrainer(opts)
-        self._wlock = threading.RLock()  # serializes writers
-        self._mlock = threading.RLock()  # serializes merges (checkpoints run inside merges)
+        opts = options if options is not None else StoreOptions.of(kwargs)
         self._closed = False
-        self._inplace: list[bytes] | None = None  # keys updated in place while a merge builds
-        self._stats = {"merges": 0, "splits": 0, "merge_seconds": 0.0}
-        self._st = Snapshot.empty(opts.max_features, opts.max_key_len)
-        self._dur: Durability | None = None
         self._loop: BackgroundLoop | None = None
-        if path is not None:
-            self._dur = Durability(path, sync=opts.sync, sync_interval=opts.sync_interval)
-            self._recover(self._dur)
-        if opts.retrain == "background":
-            self._loop = BackgroundLoop(opts.retrain_interval, self._background_round)
+        self._dur: Durability | None = None
+        if path is not None:  # first the directory's lock, and what its files were made with
+            self._dur = Durability(path, opts.sync, opts.sync_interval, opts.max_key_len, opts.recovery)
+        try:
+            self.options = opts
+            self._max_len = opts.max_key_len  # read by put's fast path
+            self._inline = opts.retrain == "inline"  # read after every write
+            self._retrainer = Retrainer(opts)
+            self._wlock = threading.RLock()  # serializes writers
+            self._mlock = threading.RLock()  # serializes merges (checkpoints run inside merges)
+            self._inplace: list[bytes] | None = None  # keys updated in place while a merge builds
+            self._stats = {"merges": 0, "splits": 0, "merge_seconds": 0.0}
+            self._st = Snapshot.empty(opts.max_features, opts.max_key_len)
+            if self._dur is not None:
+                self._recover(self._dur)
+            if opts.retrain == "background":
+                self._loop = BackgroundLoop(opts.retrain_interval, self._background_round)
+        except BaseException:
+            if self._dur is not None:  # a failed open holds nothing: a retry can take the lock
+                with contextlib.suppress(Exception):
+                    self._dur.close()
+            raise
 
     def _check_open(self) -> None:
         if self._closed:
@@ -285,7 +294,7 @@ class Store:
         if merge_needed(self._st, self.options.buffer_threshold):
             self._merge()
         elif self._dur is not None and self._dur.log_bytes() > self.options.checkpoint_bytes:
-            self.checkpoint()
+            self._checkpoint()
 
     def _merge(self, all_groups: bool = False) -> None:
         """Fold the buffered writes of the groups that need it (all: every group) into a new
@@ -318,7 +327,7 @@ class Store:
             finally:
                 self._inplace = None  # a write logged after the swap only reaches a dropped list
             if self._dur is not None and self._dur.log_bytes() > self.options.checkpoint_bytes:
-                self.checkpoint()
+                self._checkpoint()
 
     # ------------------------------------------------------------------ durability
     def _recover(self, dur: Durability) -> None:
@@ -339,7 +348,10 @@ class Store:
         buffer is merged first under both locks: writers wait for that merge, not for the
         file to be written."""
         self._check_open()
-        if self._dur is None:
+        self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        if self._dur is None or self._dur.closed:
             return
         with self._mlock:
             with self._wlock:
@@ -351,10 +363,7 @@ class Store:
                     self._st = st = new
                     self._stats["splits"] += splits
                 seg = self._dur.start_checkpoint()
-            vals = st.values
-            vo = np.zeros(len(vals) + 1, np.int64)
-            np.cumsum(np.fromiter((len(v) for v in vals), np.int64, len(vals)), out=vo[1:])
-            self._dur.finish_checkpoint(seg, st.arena, st.offsets, np.frombuffer(b"".join(vals), np.uint8), vo)
+            self._dur.finish_checkpoint(seg, chunks_of(st.arena, st.offsets, st.values))
 
     # ------------------------------------------------------------------ admin
     def stats(self) -> dict:
@@ -368,15 +377,22 @@ class Store:
                 "max_error_window": int(win.max()) + 1 if len(st.models) else 0}
 
     def close(self) -> None:
-        """Stop the retrainer, checkpoint (durable stores) and release the directory."""
+        """Stop the retrainer, checkpoint (durable stores) and release the directory, also
+        when the checkpoint fails (which then raises).  A write racing ``close()`` either
+        completes before it or raises :class:`StoreClosedError`."""
         if self._closed:
             return
         if self._loop is not None:
             self._loop.stop()
+        with self._wlock:
+            if self._closed:
+                return
+            self._closed = True
         if self._dur is not None:
-            self.checkpoint()
-            self._dur.close()
-        self._closed = True
+            try:
+                self._checkpoint()
+            finally:
+                self._dur.close()
 
     def __enter__(self) -> "Store":
         self._check_open()
