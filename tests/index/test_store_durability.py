@@ -306,6 +306,40 @@ def test_a_damaged_checkpoint_is_refused_and_nothing_changes(tmp_path, damage):
         with pytest.raises(CorruptLogError, match=ckpt.name) as ei:
             learnedidx.open(path)
         assert ei.value.path == ckpt and files(path) == before
+    (seg,) = segments(path)
+    with pytest.warns(LogRecoveryWarning, match="set aside damaged checkpoint"):
+        with learnedidx.open(path, recovery="point-in-time") as db:
+            assert len(db) == 0  # no older checkpoint: the history's beginning is gone
+    (aside,) = path.glob("aside-*")
+    assert sorted(p.name for p in aside.iterdir()) == sorted([ckpt.name, seg.name])
+
+
+def test_point_in_time_recovery_falls_back_to_an_older_checkpoint_with_a_complete_log(tmp_path):
+    """A crash between a checkpoint's rename and the deletion of what it covers leaves the
+    older checkpoint and its log: when the newer one is damaged, they are the history."""
+    path = tmp_path / "db"
+    with learnedidx.open(path, retrain="off") as db:
+        db.put_many([K(i) for i in range(100)], [V(i) for i in range(100)])
+    (old,) = path.glob("checkpoint-*.ckpt")
+    crash(path, "db.put(b'k0000', b'new')\ndb.put(b'late', b'1')", retrain="off")
+    keep = path / "keep"
+    keep.mkdir()
+    for p in path.iterdir():
+        if p.is_file() and p.name != "LOCK":
+            (keep / p.name).write_bytes(p.read_bytes())
+    with learnedidx.open(path, retrain="off"):
+        pass  # checkpoint 2 written, checkpoint 1 and segment 1 deleted
+    for p in keep.iterdir():
+        p.replace(path / p.name)  # back, as if the crash came before they were deleted
+    keep.rmdir()
+    crash(path, "pass", retrain="off")  # nothing: just a reopen that changes nothing
+    (new,) = [p for p in path.glob("checkpoint-*.ckpt") if p != old]
+    flip(new, 20)
+    with pytest.raises(CorruptLogError, match=new.name):
+        learnedidx.open(path, retrain="off")
+    with pytest.warns(LogRecoveryWarning, match="set aside damaged checkpoint"):
+        with learnedidx.open(path, retrain="off", recovery="point-in-time") as db:
+            assert dict(db.items()) == {K(i): V(i) for i in range(100)} | {b"k0000": b"new", b"late": b"1"}
 
 
 def test_checkpoints_written_in_chunks_read_back_whole(tmp_path):
@@ -318,6 +352,25 @@ def test_checkpoints_written_in_chunks_read_back_whole(tmp_path):
         db.put_many(keys, vals)
     with learnedidx.open(path, retrain="off") as db:
         assert db.get_many(keys) == vals and len(db) == n
+    (ckpt,) = path.glob("checkpoint-*.ckpt")
+    chunks = struct.unpack_from("<4sQ", ckpt.read_bytes(), ckpt.stat().st_size - 40)
+    assert chunks == (b"LXEN", 3)  # 65536 + 65536 + 18928 keys
+
+
+def test_a_value_that_holds_a_record_makes_a_torn_tail_look_like_damage(tmp_path):
+    """docs/store.md: every offset after damage is tried; a value holding a whole valid
+    record, torn, is refused, and point-in-time recovery then cuts where the tail begins."""
+    path = tmp_path / "db"
+    inner = struct.pack("<IIB", zlib.crc32(b"\x02victim"), 6, 2) + b"victim"  # DELETE b"victim"
+    crash(path, f"db.put(b'a', b'1')\ndb.put(b'b', {b'pad' + inner + b'pad'!r})", retrain="off")
+    (seg,) = segments(path)
+    with open(seg, "r+b") as f:
+        f.truncate(seg.stat().st_size - 2)  # the second record torn after the inner one
+    with pytest.raises(CorruptLogError, match="valid records follow it"):
+        learnedidx.open(path, retrain="off")
+    with pytest.warns(LogRecoveryWarning):
+        with learnedidx.open(path, retrain="off", recovery="point-in-time") as db:
+            assert dict(db.items()) == {b"a": b"1"}
 
 
 def test_leftover_tmp_files_are_removed(tmp_path):
