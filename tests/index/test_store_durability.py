@@ -205,6 +205,21 @@ def test_damage_in_an_earlier_segment_is_refused_and_point_in_time_sets_later_se
     assert sorted(p.name for p in aside.iterdir()) == [first.name, second.name]
 
 
+def refused(path: Path, culprit: Path, match: str) -> None:
+    """Opening ``path`` raises CorruptLogError naming ``culprit``, and changes no file."""
+    before = files(path)
+    with pytest.raises(CorruptLogError, match=match) as ei:
+        learnedidx.open(path, retrain="off")
+    assert ei.value.path == culprit and files(path) == before
+
+
+def point_in_time(path: Path) -> dict:
+    """The items of ``path`` opened with point-in-time recovery, which sets something aside."""
+    with pytest.warns(LogRecoveryWarning, match="set aside"):
+        with learnedidx.open(path, retrain="off", recovery="point-in-time") as db:
+            return dict(db.items())
+
+
 def test_a_missing_checkpoint_before_later_segments_is_detected(tmp_path):
     path = tmp_path / "db"
     with learnedidx.open(path, retrain="off") as db:
@@ -213,13 +228,8 @@ def test_a_missing_checkpoint_before_later_segments_is_detected(tmp_path):
     (ckpt,) = path.glob("checkpoint-*.ckpt")
     (seg,) = segments(path)
     ckpt.unlink()
-    before = files(path)
-    with pytest.raises(CorruptLogError, match=f"{ckpt.name} is missing") as ei:
-        learnedidx.open(path, retrain="off")
-    assert ei.value.path == ckpt and files(path) == before
-    with pytest.warns(LogRecoveryWarning, match="set aside"):
-        with learnedidx.open(path, retrain="off", recovery="point-in-time") as db:
-            assert len(db) == 0  # the history's start is gone: nothing after it applies
+    refused(path, ckpt, f"{ckpt.name} is missing")
+    assert point_in_time(path) == {}  # the history's start is gone: nothing after it applies
     (aside,) = path.glob("aside-*")
     assert [p.name for p in aside.iterdir()] == [seg.name]
 
@@ -228,13 +238,8 @@ def test_a_missing_segment_between_two_is_detected(tmp_path):
     path = tmp_path / "db"
     first, middle, last = _segments(path, 3)
     middle.unlink()
-    before = files(path)
-    with pytest.raises(CorruptLogError, match=f"{middle.name} is missing") as ei:
-        learnedidx.open(path, retrain="off")
-    assert ei.value.path == middle and files(path) == before
-    with pytest.warns(LogRecoveryWarning, match="set aside"):
-        with learnedidx.open(path, retrain="off", recovery="point-in-time") as db:
-            assert dict(db.items()) == {K(i): V(i) for i in range(333)}
+    refused(path, middle, f"{middle.name} is missing")
+    assert point_in_time(path) == {K(i): V(i) for i in range(333)}
 
 
 # ------------------------------------------------------------------ checkpoints
@@ -307,9 +312,7 @@ def test_a_damaged_checkpoint_is_refused_and_nothing_changes(tmp_path, damage):
             learnedidx.open(path)
         assert ei.value.path == ckpt and files(path) == before
     (seg,) = segments(path)
-    with pytest.warns(LogRecoveryWarning, match="set aside damaged checkpoint"):
-        with learnedidx.open(path, recovery="point-in-time") as db:
-            assert len(db) == 0  # no older checkpoint: the history's beginning is gone
+    assert point_in_time(path) == {}  # no older checkpoint: the history's beginning is gone
     (aside,) = path.glob("aside-*")
     assert sorted(p.name for p in aside.iterdir()) == sorted([ckpt.name, seg.name])
 
@@ -335,11 +338,8 @@ def test_point_in_time_recovery_falls_back_to_an_older_checkpoint_with_a_complet
     crash(path, "pass", retrain="off")  # nothing: just a reopen that changes nothing
     (new,) = [p for p in path.glob("checkpoint-*.ckpt") if p != old]
     flip(new, 20)
-    with pytest.raises(CorruptLogError, match=new.name):
-        learnedidx.open(path, retrain="off")
-    with pytest.warns(LogRecoveryWarning, match="set aside damaged checkpoint"):
-        with learnedidx.open(path, retrain="off", recovery="point-in-time") as db:
-            assert dict(db.items()) == {K(i): V(i) for i in range(100)} | {b"k0000": b"new", b"late": b"1"}
+    refused(path, new, new.name)
+    assert point_in_time(path) == {K(i): V(i) for i in range(100)} | {b"k0000": b"new", b"late": b"1"}
 
 
 def test_checkpoints_written_in_chunks_read_back_whole(tmp_path):
