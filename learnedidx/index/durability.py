@@ -37,6 +37,7 @@ The contract with the store
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -48,7 +49,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -75,6 +76,17 @@ class Recovered:
     log: list = field(default_factory=list)
 
 
+@dataclass
+class _Plan:
+    """What recovery is to change on disk once the history it keeps checks out."""
+
+    pitr: bool
+    aside: list[Path] = field(default_factory=list)  # files point-in-time recovery moves aside
+    cut: tuple[Path, int, bytes] | None = None  # a segment to shorten: its good length, its bytes
+    torn: list[tuple[Path, int]] = field(default_factory=list)  # torn tails to cut: file, length
+    notes: list[str] = field(default_factory=list)
+
+
 def _empty() -> Recovered:
     return Recovered(np.zeros(0, np.uint8), np.zeros(1, np.int64), np.zeros(0, np.uint8), np.zeros(1, np.int64))
 
@@ -94,6 +106,7 @@ class Durability:
         self.recovery = recovery
         self._fd: int | None = None
         self._segment = 0
+        self._path = self._wal(0)  # of the segment being written
         self._base = 0  # segment of the newest checkpoint: the log is the segments from it on
         self._mutex = threading.Lock()
         self._dirty = False
@@ -113,7 +126,8 @@ class Durability:
             self._unlock()
             raise StoreLockedError(f"store directory {self.dir} is open in another process") from None
         try:
-            self.max_key_len = self._meta(max_key_len)
+            self._stored_key_len = self._meta(max_key_len)  # what the files may hold
+            self.max_key_len = max_key_len
         except BaseException:
             self._unlock()
             raise
@@ -130,9 +144,9 @@ class Durability:
         return self.dir / f"checkpoint-{seg:012d}.ckpt"
 
     def _meta(self, max_key_len: int) -> int:
-        """Check ``max_key_len`` against the store's ``STORE`` file (written first for a new
-        store, rewritten when the option grows): the files may hold keys as long as the
-        largest value the store was ever opened with, so a smaller one is refused."""
+        """The ``max_key_len`` in the store's ``STORE`` file (written first for a new store):
+        the files may hold keys as long as the largest value the store was ever opened with,
+        so a smaller one is refused (a larger one is written by :meth:`recover`)."""
         path = self.dir / "STORE"
         try:
             text = path.read_text()
@@ -158,56 +172,81 @@ class Durability:
         if max_key_len < stored:
             raise ConfigError(f"max_key_len {max_key_len} is less than the {stored} the store at {self.dir} "
                               f"was opened with: its files may hold keys that long")
-        if max_key_len > stored:
-            self._write_meta(max_key_len)
-        return max_key_len
+        return stored
 
     def _write_meta(self, max_key_len: int) -> None:
         fileio.write_file(self.dir / "STORE", json.dumps({"format": FORMAT, "max_key_len": max_key_len}).encode())
 
     # -- recovery ----------------------------------------------------------------------
     def recover(self) -> Recovered:
-        """The newest checkpoint and the log's writes after it (docs/store.md, Damaged
-        files): nothing is changed on disk unless the whole history checks out (strict),
-        or the part kept does (point-in-time)."""
-        pitr = self.recovery == "point-in-time"
-        mk = self.max_key_len
-        aside: list[Path] = []  # set aside by point-in-time recovery
-        notes: list[str] = []
-        rec, base = _empty(), 0
-        ckpts = self._numbers("checkpoint", ".ckpt")
-        for seg in reversed(ckpts):
+        """The newest checkpoint and the log's writes after it (docs/store.md, Opening):
+        nothing is changed on disk unless the whole history checks out (strict), or the
+        part kept does (point-in-time)."""
+        plan = _Plan(self.recovery == "point-in-time")
+        rec, base = self._base_checkpoint(plan)
+        kept = self._contiguous(base, plan)
+        kept = self._replay(kept, rec, plan)
+        # Everything checks out (or is to be cut): only now are files changed.
+        for tmp in self.dir.glob("*.tmp"):
+            fileio.unlink(tmp)  # a checkpoint or STORE interrupted by a crash
+        if self.max_key_len > self._stored_key_len:
+            self._write_meta(self.max_key_len)
+            self._stored_key_len = self.max_key_len
+        notes = plan.notes
+        if plan.aside or plan.cut:
+            where = self._set_aside(plan.aside, plan.cut)
+            notes = [f"point-in-time recovery: {'; '.join(notes)}; the cut part of the history is in {where}"]
+        for path, size in plan.torn:
+            _truncate(path, size)
+        for n in notes:
+            warnings.warn(n, LogRecoveryWarning, stacklevel=3)
+        self._base = base
+        self._open_segment(max([base] + kept))
+        if self.sync == "batch":
+            self._flusher = threading.Thread(target=self._flush_loop, name="learnedidx-wal-flush", daemon=True)
+            self._flusher.start()
+        return rec
+
+    def _base_checkpoint(self, plan: _Plan) -> tuple[Recovered, int]:
+        """The newest checkpoint that reads back right and its segment (strict: the newest
+        one must); an empty store at segment 0 when there is none."""
+        for seg in reversed(self._numbers("checkpoint", ".ckpt")):
             try:
-                rec, base = Recovered(*checkpointfile.read(self._ckpt(seg), mk)), seg
-                break
+                return Recovered(*checkpointfile.read(self._ckpt(seg), self._stored_key_len)), seg
             except CorruptLogError as exc:
-                if not pitr:
+                if not plan.pitr:
                     raise CorruptLogError(f"{exc}; open with recovery='point-in-time' to go back to the "
                                           f"newest history that checks out", exc.path, exc.offset) from None
-                aside.append(self._ckpt(seg))
-                notes.append(f"set aside damaged checkpoint {seg:012d} ({exc})")
+                plan.aside.append(self._ckpt(seg))
+                plan.notes.append(f"set aside damaged checkpoint {seg:012d} ({exc})")
+        return _empty(), 0
+
+    def _contiguous(self, base: int, plan: _Plan) -> list[int]:
+        """The log segments from ``base`` on, up to the first one missing."""
         chain = [s for s in self._numbers("wal", ".log") if s >= base]
-        kept: list[int] = []
-        for s in chain:
-            expected = base + len(kept)
-            if s != expected:
-                if not kept and base == 0:  # no checkpoint, and a log that does not start at 0
-                    missing = self._ckpt(s)
-                    why = (f"{missing.name} is missing: the log starts at {self._wal(s).name} and no checkpoint "
-                           f"holds what came before")
-                else:
-                    missing = self._wal(expected)
-                    why = f"{missing.name} is missing: the history before {self._wal(s).name} is incomplete"
-                if not pitr:
-                    raise CorruptLogError(f"{why}; open with recovery='point-in-time' to keep the history up "
-                                          f"to the gap and set the rest aside", missing)
-                later = [x for x in chain if x >= s]
-                aside.extend(self._wal(x) for x in later)
-                notes.append(f"{why}: set aside {', '.join(self._wal(x).name for x in later)}")
-                break
-            kept.append(s)
-        cut: tuple[Path, int, bytes] | None = None  # a segment to shorten, its good length, its bytes
-        torn: list[tuple[Path, int]] = []
+        for i, s in enumerate(chain):
+            if s == base + i:
+                continue
+            if i == 0 and base == 0:  # no checkpoint, and a log that does not start at 0
+                missing = self._ckpt(s)
+                why = (f"{missing.name} is missing: the log starts at {self._wal(s).name} and no checkpoint "
+                       f"holds what came before")
+            else:
+                missing = self._wal(base + i)
+                why = f"{missing.name} is missing: the history before {self._wal(s).name} is incomplete"
+            if not plan.pitr:
+                raise CorruptLogError(f"{why}; open with recovery='point-in-time' to keep the history up "
+                                      f"to the gap and set the rest aside", missing)
+            plan.aside.extend(self._wal(x) for x in chain[i:])
+            plan.notes.append(f"{why}: set aside {', '.join(self._wal(x).name for x in chain[i:])}")
+            return chain[:i]
+        return chain
+
+    def _replay(self, kept: list[int], rec: Recovered, plan: _Plan) -> list[int]:
+        """Read the writes of segments ``kept`` into ``rec``, up to the first damaged record:
+        a torn tail is to be cut, damage followed by a valid record refused (strict) or cut
+        with the rest set aside (point-in-time).  The segments the log goes on with."""
+        mk = self._stored_key_len
         for i, s in enumerate(kept):
             path = self._wal(s)
             data = _read(path)
@@ -223,36 +262,20 @@ class Durability:
                     where = f"in {self._wal(x).name}"
             what = f"log segment {path.name} is damaged at byte {seg.end} ({seg.reason})"
             if not where:  # nothing valid after it: an interrupted last write
-                torn = [(path, seg.end)] + [(self._wal(x), 0) for x in later]
-                notes.append(f"cut torn log tail of {path.name} at byte {seg.end} "
-                             f"({seg.size - seg.end} bytes dropped: {seg.reason})")
-            elif not pitr:
+                plan.torn = [(path, seg.end)] + [(self._wal(x), 0) for x in later]
+                plan.notes.append(f"cut torn log tail of {path.name} at byte {seg.end} "
+                                  f"({seg.size - seg.end} bytes dropped: {seg.reason})")
+            elif not plan.pitr:
                 raise CorruptLogError(f"{what}, and valid records follow it ({where}); open with "
                                       f"recovery='point-in-time' to keep the history up to that byte and set "
                                       f"the rest aside", path, seg.end)
             else:
-                cut = (path, seg.end, data)
-                aside.extend(self._wal(x) for x in later)
-                notes.append(f"{what}: kept the history before it; the whole segment and "
-                             f"{len(later)} later segment(s) set aside")
-            kept = kept[:i + 1]
-            break
-        # Everything checks out (or is to be cut): only now are files changed.
-        for tmp in self.dir.glob("*.tmp"):
-            fileio.unlink(tmp)  # a checkpoint or STORE interrupted by a crash
-        if aside or cut:
-            where = self._set_aside(aside, cut)
-            notes = [f"point-in-time recovery: {'; '.join(notes)}; the cut part of the history is in {where}"]
-        for path, size in torn:
-            _truncate(path, size)
-        for n in notes:
-            warnings.warn(n, LogRecoveryWarning, stacklevel=3)
-        self._base = base
-        self._open_segment(max([base] + kept))
-        if self.sync == "batch":
-            self._flusher = threading.Thread(target=self._flush_loop, name="learnedidx-wal-flush", daemon=True)
-            self._flusher.start()
-        return rec
+                plan.cut = (path, seg.end, data)
+                plan.aside.extend(self._wal(x) for x in later)
+                plan.notes.append(f"{what}: kept the history before it; the whole segment and "
+                                  f"{len(later)} later segment(s) set aside")
+            return kept[:i + 1]
+        return kept
 
     def _set_aside(self, files: list[Path], cut: tuple[Path, int, bytes] | None) -> Path:
         """Move ``files`` into a new ``aside-<time>`` directory, and shorten the ``cut``
@@ -293,7 +316,7 @@ class Durability:
         except BaseException:
             fileio.ops.close(fd)
             raise
-        old, self._fd, self._segment = self._fd, fd, seg
+        old, self._fd, self._segment, self._path = self._fd, fd, seg, path
         return old if old is not None else -1
 
     def _fail(self, exc: StoreIOError) -> None:
@@ -311,11 +334,10 @@ class Durability:
                 raise LogFailedError(errno.EIO, f"the write-ahead log of {self.dir} failed earlier "
                                                 f"({self._failed}); writes are refused until a checkpoint "
                                                 f"succeeds or the store is reopened")
-            path = self._wal(self._segment)
             try:
-                fileio.write_all(self._fd, blob, path)
+                fileio.write_all(self._fd, blob, self._path)
                 if self.sync == "always":
-                    fileio.sync(self._fd, path)
+                    fileio.sync(self._fd, self._path)
                 else:
                     self._dirty = True
             except StoreIOError as exc:
@@ -410,6 +432,16 @@ class Durability:
                 fileio.unlink(path)
             except StoreIOError as exc:  # the checkpoint is durable; recovery ignores what it covers
                 log.warning("could not delete %s, which checkpoint %d covers: %s", path, segment, exc)
+
+    @contextlib.contextmanager
+    def released_on_error(self) -> Iterator[None]:
+        """Close (release the directory) if the block raises, then let the error through."""
+        try:
+            yield
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.close()
+            raise
 
     @property
     def closed(self) -> bool:

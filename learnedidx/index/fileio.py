@@ -62,16 +62,21 @@ def write_all(fd: int, data: bytes | bytearray | memoryview, path: object) -> No
     a write over 2 GiB, which Linux cuts at 0x7ffff000 bytes) goes on where it stopped; an
     error, or a write that makes no progress, raises :class:`StoreIOError` (some bytes may
     have reached the file)."""
-    view = memoryview(data).cast("B")
-    done = 0
-    while done < len(view):
-        try:
+    try:
+        n = ops.write(fd, data)
+        if type(data) is bytes and n == len(data):  # the usual case, kept short: every log write
+            return
+        view = memoryview(data).cast("B")
+        done = n
+        while done < len(view):
+            if n <= 0:
+                raise StoreIOError(errno.ENOSPC, f"writing {path}: the write made no progress")
             n = ops.write(fd, view[done:])
-        except OSError as exc:
-            raise io_error(exc, "writing", path) from exc
-        if n <= 0:
-            raise StoreIOError(errno.ENOSPC, f"writing {path}: the write made no progress")
-        done += n
+            done += n
+    except StoreIOError:
+        raise
+    except OSError as exc:
+        raise io_error(exc, "writing", path) from exc
 
 
 def sync(fd: int, path: object, data_only: bool = True) -> None:

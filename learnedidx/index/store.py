@@ -34,8 +34,6 @@ import threading
 import time
 from typing import Any, Iterator, Sequence
 
-import numpy as np
-
 from learnedidx.errors import ConfigError, StoreClosedError
 from learnedidx.index import grouping
 from learnedidx.index import kernels as K
@@ -62,31 +60,24 @@ class Store:
                  **kwargs: Any) -> None:
         if options is not None and (kwargs or not isinstance(options, StoreOptions)):
             raise ConfigError("pass a StoreOptions or keyword options, not both")
-        opts = options if options is not None else StoreOptions.of(kwargs)
+        self.options = opts = options if options is not None else StoreOptions.of(kwargs)
+        self._max_len = opts.max_key_len  # read by put's fast path
+        self._inline = opts.retrain == "inline"  # read after every write
+        self._retrainer = Retrainer(opts)
+        self._wlock = threading.RLock()  # serializes writers
+        self._mlock = threading.RLock()  # serializes merges (checkpoints run inside merges)
         self._closed = False
-        self._loop: BackgroundLoop | None = None
+        self._inplace: list[bytes] | None = None  # keys updated in place while a merge builds
+        self._stats = {"merges": 0, "splits": 0, "merge_seconds": 0.0}
+        self._st = Snapshot.empty(opts.max_features, opts.max_key_len)
         self._dur: Durability | None = None
-        if path is not None:  # first the directory's lock, and what its files were made with
+        self._loop: BackgroundLoop | None = None
+        if path is not None:
             self._dur = Durability(path, opts.sync, opts.sync_interval, opts.max_key_len, opts.recovery)
-        try:
-            self.options = opts
-            self._max_len = opts.max_key_len  # read by put's fast path
-            self._inline = opts.retrain == "inline"  # read after every write
-            self._retrainer = Retrainer(opts)
-            self._wlock = threading.RLock()  # serializes writers
-            self._mlock = threading.RLock()  # serializes merges (checkpoints run inside merges)
-            self._inplace: list[bytes] | None = None  # keys updated in place while a merge builds
-            self._stats = {"merges": 0, "splits": 0, "merge_seconds": 0.0}
-            self._st = Snapshot.empty(opts.max_features, opts.max_key_len)
-            if self._dur is not None:
+            with self._dur.released_on_error():  # a failed open holds nothing: a retry can open
                 self._recover(self._dur)
-            if opts.retrain == "background":
-                self._loop = BackgroundLoop(opts.retrain_interval, self._background_round)
-        except BaseException:
-            if self._dur is not None:  # a failed open holds nothing: a retry can take the lock
-                with contextlib.suppress(Exception):
-                    self._dur.close()
-            raise
+        if opts.retrain == "background":
+            self._loop = BackgroundLoop(opts.retrain_interval, self._background_round)
 
     def _check_open(self) -> None:
         if self._closed:

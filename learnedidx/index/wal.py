@@ -33,21 +33,25 @@ def _too_large(size: int) -> RecordTooLargeError:
                                f"(4 GiB - 1), this write needs {size}")
 
 
-def _record(op: int, payload: bytes) -> bytes:
-    body = bytes([op]) + payload
-    return struct.pack("<II", zlib.crc32(body), len(payload)) + body
+_CRC_LEN = struct.Struct("<II")
+_PUT = struct.Struct("<BI")  # op, key length: the start of a PUT's body
+
+
+def _record(body: bytes) -> bytes:
+    """The record of ``body`` (op + payload)."""
+    return _CRC_LEN.pack(zlib.crc32(body), len(body) - 1) + body
 
 
 def encode_put(key: bytes, value: bytes) -> bytes:
     """The PUT record of one write; :class:`RecordTooLargeError` past the format's limit."""
-    size = _U32.size + len(key) + len(value)
-    if size > MAX_PAYLOAD:
-        raise _too_large(size)
-    return _record(OP_PUT, _U32.pack(len(key)) + key + value)
+    body = _PUT.pack(OP_PUT, len(key)) + key + value
+    if len(body) > MAX_PAYLOAD + 1:
+        raise _too_large(len(body) - 1)
+    return _record(body)
 
 
 def encode_delete(key: bytes) -> bytes:
-    return _record(OP_DELETE, key)
+    return _record(bytes((OP_DELETE,)) + key)
 
 
 def encode_batch(records: Sequence[tuple[int, bytes, bytes | None]]) -> bytes:
@@ -60,7 +64,7 @@ def encode_batch(records: Sequence[tuple[int, bytes, bytes | None]]) -> bytes:
     for op, k, v in records:
         v = v if v is not None else b""
         parts.append(SUB.pack(op, len(k), len(v)) + k + v)
-    return _record(OP_BATCH, b"".join(parts))
+    return _record(bytes((OP_BATCH,)) + b"".join(parts))
 
 
 @dataclass

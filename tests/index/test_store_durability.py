@@ -408,7 +408,7 @@ def test_a_failed_open_holds_no_lock_and_no_descriptor(tmp_path):
     for _ in range(3):
         with pytest.raises(CorruptLogError):
             learnedidx.open(path)
-    with pytest.raises(ConfigError):  # the options are checked after the lock is taken
+    with pytest.raises(ConfigError):  # refused for its options
         learnedidx.open(path, trainer="no-such-trainer")
     assert _fds() == n
     code = "import sys, learnedidx; learnedidx.open(sys.argv[1]).close()"
@@ -463,6 +463,14 @@ def test_max_key_len_is_kept_and_a_smaller_one_refused(tmp_path):
     with pytest.raises(ConfigError, match="max_key_len 50 is less than the 100"):
         learnedidx.open(path, max_key_len=50)
     assert files(path) == before
+    (ckpt,) = path.glob("checkpoint-*.ckpt")
+    good = ckpt.read_bytes()
+    flip(ckpt, len(good) - 1)
+    before = files(path)
+    with pytest.raises(CorruptLogError):  # refused: not even STORE changes
+        learnedidx.open(path, max_key_len=200)
+    assert files(path) == before
+    ckpt.write_bytes(good)
     with learnedidx.open(path, retrain="off", max_key_len=200) as db:  # larger: kept from now on
         assert db.get(b"x" * 80) == b"long" and len(db) == 1
     with pytest.raises(ConfigError, match="less than the 200"):
