@@ -58,16 +58,26 @@ class ConfigError(LearnedIdxError, ValueError, kind="config", sqlstate="22023"):
     """An option or parameter had an invalid value."""
 
 
-class KeyTypeError(LearnedIdxError, TypeError, kind="key-type", sqlstate="42804"):
+class ArgumentTypeError(LearnedIdxError, TypeError, kind="argument-type", sqlstate="42804"):
+    """An argument of a call had the wrong type (a scan count of 1.5, a ``str`` where a
+    sequence of keys is expected)."""
+
+
+class ArgumentError(LearnedIdxError, ValueError, kind="argument", sqlstate="22023"):
+    """An argument of a call had a value out of range (a negative scan count, as many
+    values as keys expected)."""
+
+
+class KeyTypeError(ArgumentTypeError, kind="key-type", sqlstate="42804"):
     """A key or value had a type other than bytes-like (or str for keys)."""
 
 
-class KeyLengthError(LearnedIdxError, ValueError, kind="key-length", sqlstate="22023"):
+class KeyLengthError(ArgumentError, kind="key-length", sqlstate="22023"):
     """A key was empty or longer than the store's ``max_key_len``."""
 
 
-class BatchError(LearnedIdxError, ValueError, kind="batch", sqlstate="22023"):
-    """A batch call's sequences do not match (keys and values, start keys and counts)."""
+class RecordTooLargeError(ArgumentError, kind="record-too-large", sqlstate="54000"):
+    """A write too large for one record of the write-ahead log (see docs/store.md)."""
 
 
 class WorkloadError(LearnedIdxError, ValueError, kind="workload", sqlstate="22023"):
@@ -92,11 +102,28 @@ class StoreLockedError(LearnedIdxError, RuntimeError, kind="store-locked", sqlst
 
 
 class CorruptLogError(LearnedIdxError, kind="corrupt-log", sqlstate="XX001"):
-    """A write-ahead log or checkpoint could not be read."""
+    """A file of a store directory is damaged or missing (docs/store.md, Damaged files):
+    ``path`` names the file, ``offset`` the first damaged byte (None: the whole file)."""
+
+    def __init__(self, message: str, path: object = None, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+
+class StoreIOError(LearnedIdxError, OSError, kind="store-io", sqlstate="58030"):
+    """A store's file could not be created, written or synced (full disk, I/O error,
+    permissions, a path that is not a directory); ``errno`` is the system's."""
+
+
+class LogFailedError(StoreIOError, kind="log-failed", sqlstate="55000"):
+    """An earlier write or sync of the write-ahead log failed: the store acknowledges no
+    write until a checkpoint succeeds or the store is reopened (docs/store.md)."""
 
 
 class LogRecoveryWarning(RuntimeWarning):
-    """A torn log tail (an interrupted last write) was cut during recovery."""
+    """A torn log tail (an interrupted last write) was cut, or point-in-time recovery set
+    part of the history aside, while a store was opened."""
 
 
 # ------------------------------------------------------------------ the accelerator server

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -351,15 +351,20 @@ class LiveIndex:
         """The groups whose insert buffer holds something."""
         return [g for g, grp in enumerate(self.groups) if grp is not None and grp.bord[0]]
 
-    def export(self, view: View) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(key arena, key offsets, value arena, value offsets)`` of every pair of a
-        pinned view, in key order."""
+    def export(self, view: View, max_pairs: int = 1 << 16, max_bytes: int = 64 << 20) -> Iterator[tuple]:
+        """``(key arena, key offsets, value arena, value offsets)`` chunks of every pair of a
+        pinned view, in key order, each of at most ``max_pairs`` pairs and ``max_bytes``
+        bytes (or one pair)."""
         e = O.entry_points()["export"]
-        n, kb, vb = e(view.addr, _U8, _I64, _U8, _I64, False)
-        karena, koffs = np.empty(kb, np.uint8), np.empty(n + 1, np.int64)
-        varena, voffs = np.empty(vb, np.uint8), np.empty(n + 1, np.int64)
-        e(view.addr, karena, koffs, varena, voffs, True)
-        return karena, koffs, varena, voffs
+        state = np.zeros(3, np.int64)
+        while True:
+            n, kb, vb = e(view.addr, state, max_pairs, max_bytes, _U8, _I64, _U8, _I64, False)
+            if n == 0:
+                return
+            chunk = (np.empty(kb, np.uint8), np.empty(n + 1, np.int64), np.empty(vb, np.uint8),
+                     np.empty(n + 1, np.int64))
+            e(view.addr, state, max_pairs, max_bytes, *chunk, True)
+            yield chunk
 
     def merged_keys(self) -> int:
         return int(sum(self.tab[g, L.T_N] for g in self.root_order()))

@@ -395,27 +395,33 @@ def _scan(d, qp, ql, count, outk, outv, at, excl, hp, hl) -> int:
 
 
 @njit(cache=True)
-def export(daddr, karena, koffs, varena, voffs, fill):
-    """Every live (key, value) pair of the index in key order (a pinned view's, so that it
-    stays the same between the two calls): with ``fill``, their bytes into ``karena`` /
-    ``varena`` at ``koffs`` / ``voffs``; returns ``(pairs, key bytes, value bytes)``."""
+def export(daddr, state, max_pairs, max_bytes, karena, koffs, varena, voffs, fill):
+    """The live (key, value) pairs of the index in key order from position ``state`` (root
+    entry, merged position, buffer entry; a pinned view's, so that it stays the same between
+    calls), as many as fit in ``max_pairs`` pairs and ``max_bytes`` bytes (at least one):
+    with ``fill``, their bytes into ``karena``/``varena`` at ``koffs``/``voffs`` and
+    ``state`` moved past them.  Returns ``(pairs, key bytes, value bytes)``."""
     d = desc(daddr)
     _, _, rgid = root(d)
     tab = table(d)
     B, tomb = d[D_B], d[D_TOMB]
+    r, i, j = state[0], state[1], state[2]
     t = 0
     kb = 0
     vb = 0
-    for r in range(d[D_NROOT]):
+    while r < d[D_NROOT] and t < max_pairs:
         row = tab[rgid[r]]
         bord = buffer(row, B)
-        i = 0
-        j = 0
-        while i < row[T_N] or j < bord[0]:
-            kp, kl, v, _, i, j = next_pair(row, B, bord, i, j)
-            if v == tomb:
-                continue
+        if i >= row[T_N] and j >= bord[0]:
+            r += 1
+            i = 0
+            j = 0
+            continue
+        kp, kl, v, _, i2, j2 = next_pair(row, B, bord, i, j)
+        if v != tomb:
             vp, vl = bytes_ptr(v)
+            if t > 0 and kb + vb + kl + vl > max_bytes:
+                break
             if fill:
                 koffs[t] = kb
                 voffs[t] = vb
@@ -424,9 +430,11 @@ def export(daddr, karena, koffs, varena, voffs, fill):
             t += 1
             kb += kl
             vb += vl
+        i, j = i2, j2
     if fill:
         koffs[t] = kb
         voffs[t] = vb
+        state[0], state[1], state[2] = r, i, j
     return t, kb, vb
 
 
@@ -484,7 +492,8 @@ SIGNATURES = {
     "apply_many": (_I, _I, _I, _I, _I, types.int64[::1]),
     "scan": (_I, pyref, _I, _I, _I, types.boolean, pyref),
     "scan_many": (_I, _I, types.int64[::1], _I, _I, types.int64[::1]),
-    "export": (_I, types.uint8[::1], types.int64[::1], types.uint8[::1], types.int64[::1], types.boolean),
+    "export": (_I, types.int64[::1], _I, _I, types.uint8[::1], types.int64[::1], types.uint8[::1], types.int64[::1],
+               types.boolean),
     "check_batch": (_I, _I, _I, types.boolean),
 }
 

@@ -34,7 +34,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from learnedidx.errors import BatchError, ConfigError, KeyTypeError, LearnedIdxError, StoreClosedError
+from learnedidx.errors import ConfigError, LearnedIdxError, StoreClosedError
 from learnedidx.index import foldin as FI
 from learnedidx.index import grouping
 from learnedidx.index import keys as KS
@@ -97,12 +97,11 @@ class Store:
         self._dur: Durability | None = None
         if path is not None:
             try:
-                self._dur = Durability(path, sync=opts.sync, sync_interval=opts.sync_interval)
-                self._recover(self._dur)
+                self._dur = Durability(path, opts.sync, opts.sync_interval, opts.max_key_len, opts.recovery)
+                with self._dur.released_on_error():  # a failed open holds nothing: a retry can open
+                    self._recover(self._dur)
             except BaseException:
                 self._queue.close()
-                if self._dur is not None:
-                    self._dur.close()
                 raise
 
     def _check_open(self) -> None:
@@ -145,11 +144,7 @@ class Store:
         return self._size
 
     def _key_list(self, keys: Any) -> list:
-        if type(keys) is list:
-            return keys
-        if isinstance(keys, (str, bytes)):
-            raise KeyTypeError(f"a sequence of keys is expected, not one {type(keys).__name__}")
-        return KS.key_list(keys, self._max_len)
+        return keys if type(keys) is list else KS.key_list(keys, self._max_len)
 
     def get_many(self, keys: Any) -> list:
         """Values of many keys (None where absent), in one compiled call.
@@ -191,10 +186,7 @@ class Store:
         for all, or one per start key."""
         self._check_open()
         klist = self._key_list(start_keys)
-        counts = ([KS.check_count(count)] * len(klist) if isinstance(count, int) and not isinstance(count, bool)
-                  else [KS.check_count(c) for c in count])
-        if len(counts) != len(klist):
-            raise BatchError(f"{len(klist)} start keys but {len(counts)} counts")
+        counts = KS.check_counts(count, len(klist))
         while True:
             # Room for at most every key, read before the call: a store that grew meanwhile
             # may have filled some scan, which is then asked again with more room.
@@ -346,9 +338,8 @@ class Store:
         of the caller's: what is logged is what is applied, whatever another thread does
         to the caller's lists meanwhile."""
         klist = list(keys) if type(keys) is list else self._key_list(keys)
-        vlist = list(values)
-        if len(klist) != len(vlist):
-            raise BatchError(f"{len(klist)} keys but {len(vlist)} values")
+        vlist = list(KS.sequence(values, "values"))
+        KS.check_same_length(len(klist), len(vlist))
         if self._check_batch(self._addr, id(klist), id(vlist), reads) >= 0:
             klist = KS.key_list(klist, self._max_len)
             vlist = [None if v is None and reads else KS.check_value(v) for v in vlist]
@@ -460,15 +451,14 @@ class Store:
         self._checkpoint()
 
     def _checkpoint(self) -> None:
-        if self._dur is None:
+        if self._dur is None or self._dur.closed:
             return
         with self._ckpt_lock:
             with self._wlock:
                 view = self._live.pin()
                 seg = self._dur.start_checkpoint()
             try:
-                karena, koffs, varena, voffs = self._live.export(view)
-                self._dur.finish_checkpoint(seg, karena, koffs, varena, voffs)
+                self._dur.finish_checkpoint(seg, self._live.export(view))
             finally:
                 self._live.unpin(view)
 
@@ -486,7 +476,9 @@ class Store:
                 "max_error_window": int(win.max()) + 1 if len(tab) else 0}
 
     def close(self) -> None:
-        """Stop the retrainer, checkpoint (durable stores) and release the directory."""
+        """Stop the retrainer, checkpoint (durable stores) and release the directory, also
+        when the checkpoint fails (which then raises).  A write racing ``close()`` either
+        completes before it or raises :class:`StoreClosedError`."""
         if self._closed:
             return
         self._queue.close()
@@ -496,8 +488,10 @@ class Store:
             self._closed = True
             FI.set_slots(self._addr, np.array([L.D_MAXLEN], np.int64), np.zeros(1, np.int64))
         if self._dur is not None:
-            self._checkpoint()
-            self._dur.close()
+            try:
+                self._checkpoint()
+            finally:
+                self._dur.close()
 
     def __enter__(self) -> "Store":
         self._check_open()

@@ -152,10 +152,14 @@ def test_export_of_a_view_is_every_pair_in_order():
     _delete(live, sorted(ref)[3])
     del ref[sorted(ref)[3]]
     view = live.pin()
-    karena, koffs, varena, voffs = live.export(view)
-    ks = [karena[koffs[i]:koffs[i + 1]].tobytes() for i in range(len(koffs) - 1)]
-    vs = [varena[voffs[i]:voffs[i + 1]].tobytes() for i in range(len(voffs) - 1)]
-    assert list(zip(ks, vs)) == sorted(ref.items())
+    for max_pairs, max_bytes in ((1 << 16, 1 << 30), (7, 1 << 30), (1000, 40), (1, 1)):
+        got = []
+        for karena, koffs, varena, voffs in live.export(view, max_pairs, max_bytes):
+            n = len(koffs) - 1
+            assert 1 <= n <= max_pairs and (n == 1 or koffs[-1] + voffs[-1] <= max_bytes)
+            got += [(karena[koffs[i]:koffs[i + 1]].tobytes(), varena[voffs[i]:voffs[i + 1]].tobytes())
+                    for i in range(n)]
+        assert got == sorted(ref.items())
 
 
 def test_adopt_keeps_the_descriptor_readers_hold():
