@@ -341,6 +341,8 @@ opts = json.loads(params) if params else {}
 if not isinstance(opts, dict):
     fail("params must be a JSON object, not %s" % params)
 grouping = opts.pop("grouping_cols", None)
+if grouping is not None and algorithm not in ("linregr", "logregr", "svm"):
+    fail("grouping_cols is supported by linregr, logregr and svm, not %s" % algorithm, "0A000")
 if opts.pop("heteroskedasticity_option", None):
     fail("heteroskedasticity_option (the Breusch-Pagan test) is not supported", "0A000")
 reader = opts.pop("reader", None) or plpy.execute(P["setting"], ["learnedidx.reader"])[0]["v"] or "auto"
@@ -431,8 +433,6 @@ if names is not None:
 
 groups = None
 if grouping is not None:
-    if algorithm not in ("linregr", "logregr", "svm"):
-        fail("grouping_cols is supported by linregr, logregr and svm, not %s" % method, "0A000")
     groups = []
     for item in split_top(grouping):
         name = ident(item)
@@ -470,9 +470,8 @@ else:
             "::pg_catalog.text ORDER BY %s), 'rows', pg_catalog.array_agg(k.n ORDER BY %s))::pg_catalog.text "
             "FROM (SELECT %s, pg_catalog.count(*) AS n FROM %s AS src GROUP BY %s) AS k) AS keys" % (
                 obj, order, order, k, src["from_sql"], ", ".join(str(i + 1) for i in range(len(groups)))))
-    plan = plpy.prepare(stmt, ["text", "text", "text"])
     plpy.execute(P["path"], [caller_path])
-    row = plpy.execute(plan, [json.dumps(args), query, caller_path])[0]
+    row = plpy.execute(plpy.prepare(stmt, ["text", "text", "text"]), [json.dumps(args), query, caller_path])[0]
     plpy.execute(P["path"], ["pg_catalog, pg_temp"])
     raw, keys = row["r"], json.loads(row["keys"])
 reply = json.loads(raw)

@@ -336,6 +336,8 @@ def test_the_callers_shadowing_functions_and_operators_are_not_called(db):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(80, 2))
     load(db, "sh", X, (X[:, 0] > 0).astype(float))
+    db.execute("ALTER TABLE sh ADD COLUMN g text")
+    db.execute("UPDATE sh SET g = CASE WHEN id % 2 = 0 THEN 'even' END")
     make_role(db, "someone")
     db.execute("CREATE SCHEMA evil")
     for signature, returns in SHADOWS:
@@ -361,6 +363,10 @@ def test_the_callers_shadowing_functions_and_operators_are_not_called(db):
             db.execute(f"SET learnedidx.reader = '{reader}'")
             db.execute(f"SELECT * FROM learnedidx.logregr_train('sh', 'sh_{tag}_{reader}', 'y', 'features')")
         db.execute("RESET learnedidx.reader")
+        db.execute(f"SELECT * FROM learnedidx.linregr_train('sh', 'sh_{tag}_g', 'y', 'ARRAY[1]::float8[] || features', "
+                   "'g')")
+        assert db.execute(f"SELECT count(learnedidx.predict('sh_{tag}_g', features, g)) FROM public.sh").fetchone() == \
+            (80,)
         db.execute(f"SELECT learnedidx.register_algorithm('alg_{tag}', %s)",
                    ("epochs = 1\ndef gradient(w, x, y):\n    return (dot(w, x) - y) * x\n",))
         db.execute(f"SELECT * FROM learnedidx.train('alg_{tag}', 'sh', 'y', 'features')")
