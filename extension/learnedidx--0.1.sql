@@ -181,7 +181,11 @@ BEGIN
             USING ERRCODE = coalesce(reply->'error'->>'sqlstate', 'XX000');
     END IF;
     INSERT INTO learnedidx.algorithms (nspoid, name, source)
-    VALUES ((SELECT oid FROM pg_namespace WHERE nspname = t.schema), t.relname, source);
+    VALUES ((SELECT oid FROM pg_namespace WHERE nspname = t.schema), t.relname, source) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'algorithm %.% already exists', quote_ident(t.schema), quote_ident(t.relname)
+            USING ERRCODE = '42710', HINT = 'Drop it with learnedidx.drop_algorithm first.';
+    END IF;
     RETURN quote_ident(t.schema) || '.' || quote_ident(t.relname);
 END $$;
 
@@ -349,7 +353,9 @@ reader = opts.pop("reader", None) or plpy.execute(P["setting"], ["learnedidx.rea
 if reader not in READERS:
     fail("reader (learnedidx.reader) must be auto, pages or query, not %r" % reader)
 reader = READERS[reader]
-threads = opts.get("threads") or plpy.execute(P["setting"], ["learnedidx.threads"])[0]["v"]
+threads = opts.get("threads")
+if threads is None:
+    threads = plpy.execute(P["setting"], ["learnedidx.threads"])[0]["v"] or None
 if threads is not None:
     if not str(threads).isdigit() or int(threads) < 1:
         fail("threads (learnedidx.threads) must be a positive integer, not %r" % threads)
@@ -676,8 +682,8 @@ LANGUAGE sql VOLATILE
 BEGIN ATOMIC
     SELECT r.loss, r.num_rows_processed, r.num_iterations, r.train_seconds, r.accel_seconds
     FROM learnedidx._train('lmf', source, out_table, col_value, col_row || ', ' || col_column,
-        pg_catalog.jsonb_build_object('rank', max_rank, 'stepsize', stepsize, 'lambda', lambda,
-                                      'max_iter', num_iterations, 'scale_factor', scale_factor),
+        pg_catalog.jsonb_build_object('max_rank', max_rank, 'stepsize', stepsize, 'lambda', lambda,
+                                      'num_iterations', num_iterations, 'scale_factor', scale_factor),
         pg_catalog.current_setting('search_path')) AS r;
 END;
 

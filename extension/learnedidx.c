@@ -125,6 +125,14 @@ conn_fail(Conn *c, const char *what)
 					errhint("Start it with: learnedidx server start --socket %s", c->path)));
 }
 
+/* The peer broke the protocol (learnedidx.errors.ProtocolError's SQLSTATE). */
+static void
+proto_fail(Conn *c, const char *what)
+{
+	ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
+					errmsg("learnedidx accelerator server at %s: %s", c->path, what)));
+}
+
 /* Wait until the socket is ready for `event` (or timeout_ms passes; -1: no timeout), serving
  * cancel requests, statement_timeout and postmaster death meanwhile.  False on timeout. */
 static bool
@@ -227,11 +235,11 @@ read_frame(Conn *c, int *flags, uint32 *len, long timeout_ms)
 	if (!conn_read(c, (char *) h, LX_HEADER, timeout_ms))
 		return NULL;
 	if (h[0] != LX_MAGIC[0] || h[1] != LX_MAGIC[1] || h[2] != LX_VERSION)
-		conn_fail(c, "the socket does not speak the learnedidx protocol");
+		proto_fail(c, "the socket does not speak the learnedidx protocol");
 	*flags = h[3];
 	*len = ((uint32) h[4] << 24) | ((uint32) h[5] << 16) | ((uint32) h[6] << 8) | h[7];
 	if (*len > LX_MAX_REPLY)
-		conn_fail(c, "a reply exceeds the protocol's size limit");
+		proto_fail(c, "a reply exceeds the protocol's size limit");
 	payload = palloc(*len + 1);
 	if (*len > 0 && !conn_read(c, payload, *len, timeout_ms))
 		conn_fail(c, "the connection closed mid-message");
@@ -274,7 +282,7 @@ conn_open(Conn *c)
 		conn_fail(c, "the process listening there does not run as the database's OS user");
 	hello = read_frame(c, &flags, &len, HELLO_TIMEOUT_MS);
 	if (hello == NULL || flags != LX_JSON || strstr(hello, "\"hello\"") == NULL)
-		conn_fail(c, "the socket does not speak the learnedidx protocol");
+		proto_fail(c, "the socket does not speak the learnedidx protocol");
 }
 
 /* --------------------------------------------------------------------------- the page path */
@@ -504,7 +512,7 @@ early_reply(Conn *c)
 		return NULL;
 	reply = read_frame(c, &flags, &len, -1);
 	if (reply == NULL || flags != LX_JSON)
-		conn_fail(c, "unexpected frame while streaming");
+		proto_fail(c, "unexpected frame while streaming");
 	return reply;
 }
 
@@ -941,10 +949,10 @@ learnedidx_offload(PG_FUNCTION_ARGS)
 				else if (query != NULL)
 					reply = stream_query(&conn, query, search_path, pass, why);
 				else
-					conn_fail(&conn, "the server asked for data this call has none of");
+					proto_fail(&conn, "the server asked for data this call has none of");
 			}
 			else
-				conn_fail(&conn, "unexpected frame");
+				proto_fail(&conn, "unexpected frame");
 		}
 	}
 	PG_FINALLY();

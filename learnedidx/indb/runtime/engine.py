@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from learnedidx.accel.engine_model import modelled_seconds
-from learnedidx.errors import CancelledError, DSLError
+from learnedidx.errors import CancelledError, DSLError, LearnedIdxError
 from learnedidx.indb.dsl import Algorithm, settings_for
 from learnedidx.indb.dsl.compiler import runtime_error
 from learnedidx.indb.dsl.kernels import SCHEDULES, accumulate_kernel, factor_kernel, loss_kernel, sgd_kernel
@@ -66,6 +66,8 @@ def run(alg: Algorithm, data: dict, params: dict, *, threads: int = 2, seed: int
     info: dict = {"settings": s}
     try:
         model, loss, epochs, n, d = train(alg, data, params, s, threads, seed, stop, info)
+    except LearnedIdxError:
+        raise
     except (ZeroDivisionError, OverflowError, IndexError) as exc:  # raised by the algorithm's compiled code
         raise runtime_error(exc, alg.name) from None
     return TrainOutput(model, loss, epochs, n, time.perf_counter() - t0, modelled_seconds(alg.cost, n, d, epochs),
