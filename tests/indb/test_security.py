@@ -6,7 +6,10 @@ the caller's backend, as the caller, and the server has no database identity to 
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import struct
 
 import numpy as np
 import psycopg
@@ -436,3 +439,80 @@ def test_row_security_is_checked_as_it_applies_to_the_caller(db):
         n = d.execute("SELECT num_rows_processed FROM learnedidx.linregr_train('rls_owned', 'rls_dave', 'y', 'x')"
                       ).fetchone()[0]
         assert (n, _read_path(d, "rls_dave")) == (10, "query")
+
+
+# ----------------------------------------------------------------- the server's socket
+def _forged_call(path: str, frames: list[bytes]) -> dict | str:
+    """An indb.train request on the server's socket followed by ``frames`` after its request
+    for pass 1: the server's reply, or "query path" when it asks for the pass again."""
+    from learnedidx.server import protocol as P
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        s.settimeout(30)
+        P.read_hello(s)
+        s.sendall(P.encode({"op": "indb.train", "id": 1, "args": {"algorithm": "linregr", "params": {}}}))
+        flags, n = P.read_header(s)
+        assert flags == P.CONTROL and P._recv_exact(s, n)[:1] == b"S"
+        with contextlib.suppress(OSError):
+            s.sendall(b"".join(frames))
+        flags, n = P.read_header(s)
+        body = P._recv_exact(s, n)
+        return "query path" if flags == P.CONTROL else P.parse_json(body)
+
+
+def _page(tuple_bytes: bytes, lp_off: int | None = None) -> bytes:
+    page = bytearray(8192)
+    upper = 8192 - len(tuple_bytes)
+    struct.pack_into("<HHHH", page, 12, 28, upper, 8192, 8192 | 4)
+    struct.pack_into("<I", page, 24, (upper if lp_off is None else lp_off) | (1 << 15) | (len(tuple_bytes) << 17))
+    page[upper:] = tuple_bytes
+    return bytes(page)
+
+
+def _tuple(data: bytes, hoff: int = 24, natts: int = 2) -> bytes:
+    head = bytearray(24)
+    struct.pack_into("<H", head, 18, natts)
+    head[22] = hoff
+    return bytes(head) + data
+
+
+def test_a_forged_stream_gets_an_error_and_the_server_serves_on(db, accel_server):
+    """Whoever reaches the socket (the database's OS user) and forges the data stream (corrupt
+    pages: an array longer than its value, a header past its tuple, a line pointer past its
+    page; a malformed layout; a lying row count; a short row frame) gets an error reply or is
+    asked for the query path; the server neither reads past what it received nor stops."""
+    from learnedidx.server import protocol as P
+    from learnedidx.server.stream import PAGES, ROWS
+
+    def pages(layout: dict, page: bytes, rows: int = 1) -> list[bytes]:
+        return [P.encode({"begin": {"pass": 1, "reader": "pages"}}), P.encode({"relation": layout}),
+                P.encode_binary(P.DATA, PAGES.pack(b"P", 1) + b"\0" * 8 + page),
+                P.encode({"end": {"pass": 1, "rows": rows}})]
+
+    scalars = {"name": "forged", "blocks": 1, "columns": [[1, 701, None, "y"], [2, 701, None, "x"]],
+               "attrs": [[8, 8], [8, 8]]}
+    arrays = {**scalars, "columns": [[1, 701, None, "y"], [2, 1022, None, "x"]], "attrs": [[8, 8], [-1, 8]]}
+    cases = {f"array of {dim} in 40 bytes": pages(arrays, _page(_tuple(struct.pack("<d", 1.0) + struct.pack(
+        "<I", 40 << 2) + struct.pack("<iiiii", 1, 0, 701, dim, 1) + b"\0" * 16))) for dim in (1000, 2 ** 31 - 1, -5)}
+    cases.update({
+        "header past the tuple": pages(scalars, _page(_tuple(b"\0" * 16, hoff=250))),
+        "line pointer past the page": pages(scalars, _page(_tuple(b"\0" * 16), lp_off=32760)),
+        "attribute number past the layout": pages({**scalars, "columns": [[1, 701, None, "y"], [900, 701, None, "x"]]},
+                                                  _page(_tuple(b"\0" * 16))),
+        "a text column": pages({**scalars, "columns": [[1, 701, None, "y"], [2, 25, None, "x"]]},
+                               _page(_tuple(b"\0" * 16))),
+        "a lying row count": pages(scalars, _page(_tuple(b"\0" * 16)), rows=5),
+        "a short row frame": [P.encode({"begin": {"pass": 1, "reader": "query"}}),
+                              P.encode_binary(P.DATA, ROWS.pack(b"R", 2, 3) + b"\0" * 40)],
+    })
+    for name, frames in cases.items():
+        reply = _forged_call(accel_server.socket_path, frames)
+        # pages the Strider cannot decode go to the query path; a broken stream is a protocol error
+        want = "query path" if "past" in name and "layout" not in name or "array" in name else "protocol"
+        assert (reply if reply == "query path" else reply["error"]["kind"]) == want, (name, reply)
+    with psycopg.connect(**{k: getattr(db.info, k) for k in ("host", "port", "user", "dbname")}) as c:
+        c.execute("CREATE TABLE after (y float8, x float8)")
+        c.execute("INSERT INTO after SELECT g, g FROM generate_series(1, 10) g")
+        assert c.execute("SELECT num_rows_processed FROM learnedidx.linregr_train('after', 'after_m', 'y', 'x')"
+                         ).fetchone() == (10,)
