@@ -33,6 +33,8 @@ MADLIB_SUMMARY = {
             "kernel_func", "kernel_params", "grouping_col", "optim_params", "reg_params", "num_all_groups",
             "num_failed_groups", "total_rows_processed", "total_rows_skipped"],
 }
+OUR_SUMMARY = ["grouping_columns", "intercept", "num_features", "feature_expression", "params", "read_path", "timings",
+               "created"]
 
 
 def columns(db, table: str) -> list[str]:
@@ -84,7 +86,7 @@ def test_linregr_statistics_are_statsmodels_ols(db):
     _check_ols(out, Xa, ya)
     assert out["num_missing_rows_skipped"] == 2
     summary = row(db, "SELECT * FROM lin_summary")
-    assert columns(db, "lin_summary")[:len(MADLIB_SUMMARY["linregr"])] == MADLIB_SUMMARY["linregr"]
+    assert columns(db, "lin_summary") == MADLIB_SUMMARY["linregr"] + OUR_SUMMARY
     assert {k: summary[k] for k in MADLIB_SUMMARY["linregr"]} == {
         "method": "linregr", "source_table": "diab", "out_table": "public.lin", "dependent_varname": "y",
         "independent_varname": "ARRAY[1]::float8[] || features", "num_rows_processed": len(ya),
@@ -270,11 +272,18 @@ def test_svm_classification_takes_madlibs_arguments(db):
         loss, norm = _svm_oracle(np.c_[np.ones(len(yg)), Xg], yg, np.array(g["coef"]), 0.5 / len(yg))
         assert (g["loss"], g["norm_of_gradient"], g["num_iterations"]) == \
             (pytest.approx(loss, rel=1e-9), pytest.approx(norm, rel=1e-9), 15)
-    # MADlib's default linear kernel fits no intercept
+    # MADlib's default linear kernel fits no intercept; MADlib's default params
     db.execute("SELECT * FROM learnedidx.svm_classification('houses', 'houses_svm0', 'expensive', 'features')")
     assert len(db.execute("SELECT coef FROM houses_svm0").fetchone()[0]) == 2
+    assert row(db, "SELECT optim_params, reg_params, num_iterations FROM houses_svm0_summary, houses_svm0") == {
+        "optim_params": "init_stepsize=0.01, max_iter=100, tolerance=1e-10",
+        "reg_params": "lambda=0.01, norm=L2, n_folds=0", "num_iterations": 100}
     for params, error, match in [
         ("decay_factor=0.5", psycopg.errors.FeatureNotSupported, "decay_factor is not supported"),
+        ("class_weight=balanced", psycopg.errors.FeatureNotSupported, "class_weight is not supported"),
+        ("n_folds=3", psycopg.errors.FeatureNotSupported, "n_folds is not supported"),
+        ("validation_result=v", psycopg.errors.FeatureNotSupported, "validation_result is not supported"),
+        ("eps_table=e", psycopg.errors.FeatureNotSupported, "eps_table is not supported"),
         ("norm=L1", psycopg.errors.FeatureNotSupported, "norm 'L1'"),
         ("max_iter=ten", psycopg.errors.InvalidParameterValue, "max_iter must be a number"),
         ("stepsize=1", psycopg.errors.InvalidParameterValue, "unknown svm_classification parameter stepsize"),
@@ -339,3 +348,56 @@ def test_grouping_cols_are_column_names_and_refused_otherwise(db):
     n = db.execute("SELECT count(*) FROM learnedidx.linregr_train('SELECT y, x, g AS \"Side\" FROM gt', 'gq', 'y', "
                    "'x', '\"Side\"')").fetchone()[0]
     assert n == 2 and columns(db, "gq")[0] == "Side"
+
+
+def test_query_sources_of_every_form_and_the_older_reader_names(db):
+    db.execute("CREATE TABLE qs (y float8, x float8)")
+    db.execute("INSERT INTO qs SELECT i, 2 * i FROM generate_series(1, 20) i")
+    for i, source in enumerate(["SELECT * FROM qs", "WITH w AS (SELECT * FROM qs) SELECT * FROM w",
+                                "(SELECT y, x FROM qs)", "VALUES (1::float8, 2::float8), (2, 5), (3, 6)"]):
+        dep, indep = ("column1", "column2") if source.startswith("VALUES") else ("y", "x")
+        n = db.execute("SELECT num_rows_processed FROM learnedidx.linregr_train(%s, %s, %s, %s)",
+                       (source, f"qs_{i}", dep, indep)).fetchone()[0]
+        assert (n, row(db, f"SELECT read_path FROM qs_{i}_summary")["read_path"]) == (3 if i == 3 else 20, "query")
+    for old, path in (("strider", "pages"), ("copy", "query")):
+        db.execute(f"SET learnedidx.reader = '{old}'")
+        db.execute(f"SELECT * FROM learnedidx.linregr_train('qs', 'qs_{old}', 'y', 'x')")
+        assert row(db, f"SELECT read_path FROM qs_{old}_summary")["read_path"] == path
+    db.execute("RESET learnedidx.reader")
+
+
+def test_a_rank_deficient_design_gets_madlibs_pseudo_inverse(db):
+    """x2 = 2 x1: XᵀX is singular (condition number past 1e20); the statistics come from its
+    pseudo-inverse, as in statsmodels' OLS."""
+    rng = np.random.default_rng(8)
+    x1 = rng.normal(size=100)
+    X = np.c_[x1, 2 * x1, rng.normal(size=100)]
+    y = X @ [1.0, 1.0, -2.0] + rng.normal(size=100)
+    load(db, "rd", X, y)
+    db.execute("SELECT * FROM learnedidx.linregr_train('rd', 'rd_m', 'y', 'features')")
+    out = row(db, "SELECT * FROM rd_m")
+    ref = sm.OLS(y, sm.add_constant(X)).fit()
+    np.testing.assert_allclose(out["coef"], ref.params, rtol=1e-6, atol=1e-9)
+    # MADlib divides the residual sum of squares by n - k (k the coefficients), statsmodels by
+    # n - rank: they differ exactly by that factor when the design is rank-deficient
+    np.testing.assert_allclose(out["std_err"], ref.bse * np.sqrt(ref.df_resid / (100 - 4)), rtol=1e-5)
+    np.testing.assert_allclose(out["r2"], ref.rsquared, rtol=1e-9)
+    assert out["condition_no"] > 1e15
+
+
+def test_failed_groups_and_a_group_of_one_class(db):
+    db.execute("CREATE TABLE fg (y float8, x float8, g text)")
+    db.execute("INSERT INTO fg SELECT (i % 3 = 0)::int, i % 7 + 0.5 * (i % 3), 'both' FROM generate_series(1, 60) i")
+    db.execute("INSERT INTO fg SELECT 1, i, 'ones' FROM generate_series(1, 10) i")  # one class only
+    db.execute("INSERT INTO fg SELECT NULL, i, 'empty' FROM generate_series(1, 5) i")  # every row skipped
+    db.execute("SELECT * FROM learnedidx.logregr_train('fg', 'fg_lr', 'y', 'x', 'g', 10)")
+    s = row(db, "SELECT num_all_groups, num_failed_groups, num_missing_rows_skipped FROM fg_lr_summary")
+    assert s == {"num_all_groups": 3, "num_failed_groups": 1, "num_missing_rows_skipped": 5}
+    assert row(db, "SELECT coef, num_rows_processed, num_missing_rows_skipped FROM fg_lr WHERE g = 'empty'") == \
+        {"coef": None, "num_rows_processed": 0, "num_missing_rows_skipped": 5}
+    # svm maps the labels once for the table: the group of one class trains (+1 everywhere)
+    db.execute("SELECT * FROM learnedidx.svm_train('fg', 'fg_svm', 'y', 'x', grouping_cols => 'g')")
+    ones = row(db, "SELECT coef, dep_var_mapping FROM fg_svm WHERE g = 'ones'")
+    assert ones["dep_var_mapping"] == [0.0, 1.0] and ones["coef"] is not None
+    assert db.execute("SELECT bool_and(learnedidx.predict('fg_svm', ARRAY[x], g) = 1) FROM fg WHERE g = 'ones'"
+                      ).fetchone() == (True,)

@@ -248,6 +248,13 @@ def test_models_are_their_tables_and_share_their_privileges(db):
         assert a.execute("SELECT learnedidx.predict('bob_lmf', '{1, 2}')").fetchone()[0] is not None
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="must be owner"):
             a.execute("SELECT learnedidx.drop_model('bob_lmf')")
+        # predict_table reads the source as the caller: bob's ratings stay bob's
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for table ratings"):
+            a.execute("SELECT learnedidx.predict_table('bob_lmf', 'ratings', 'stolen_pred')")
+        a.execute("CREATE TABLE mine (u int, i int)")
+        a.execute("INSERT INTO mine VALUES (1, 2), (999, 1)")
+        assert a.execute("SELECT learnedidx.predict_table('bob_lmf', 'SELECT u, i, ARRAY[u, i] AS features "
+                         "FROM mine', 'mine_pred')").fetchone() == (2,)
 
 
 def test_no_role_creates_models_or_algorithms_for_another(db):
@@ -516,3 +523,27 @@ def test_a_forged_stream_gets_an_error_and_the_server_serves_on(db, accel_server
         c.execute("INSERT INTO after SELECT g, g FROM generate_series(1, 10) g")
         assert c.execute("SELECT num_rows_processed FROM learnedidx.linregr_train('after', 'after_m', 'y', 'x')"
                          ).fetchone() == (10,)
+
+
+def test_views_with_side_effects_run_as_the_callers_select(db):
+    """Functions a source calls run in the caller's transaction as in its own SELECT: their
+    writes happen (once per row read; twice with grouping, which reads the groups first) and
+    go with the caller's transaction; a query source that writes by itself is refused."""
+    db.execute("CREATE TABLE side (y float8, x float8, g int)")
+    db.execute("INSERT INTO side SELECT i, i % 4, i % 2 FROM generate_series(1, 30) i")
+    db.execute("CREATE TABLE side_log (n int)")
+    db.execute("""CREATE FUNCTION noted(v float8) RETURNS float8 LANGUAGE plpgsql AS $$
+                  BEGIN INSERT INTO side_log VALUES (1); RETURN v; END $$""")
+    db.execute("CREATE VIEW side_v AS SELECT y, noted(x) AS x, g FROM side")
+    db.autocommit = False
+    db.execute("SELECT * FROM learnedidx.linregr_train('side_v', 'side_m', 'y', 'x')")
+    assert db.execute("SELECT count(*) FROM side_log").fetchone() == (30,)
+    db.execute("SELECT * FROM learnedidx.linregr_train('side_v', 'side_g', 'y', 'x', 'g')")
+    assert db.execute("SELECT count(*) FROM side_log").fetchone() == (90,)
+    db.rollback()
+    db.autocommit = True
+    assert db.execute("SELECT count(*), to_regclass('side_m') FROM side_log").fetchone() == (0, None)
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="data-modifying"):
+        db.execute("SELECT * FROM learnedidx.linregr_train('WITH d AS (DELETE FROM side RETURNING *) "
+                   "SELECT * FROM d', 'side_w', 'y', 'x')")
+    assert db.execute("SELECT count(*) FROM side").fetchone() == (30,)
