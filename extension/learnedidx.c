@@ -559,6 +559,7 @@ stream_pages(Conn *c, PageSource *ps, int pass)
 		{
 			char	   *dst = pages + (size_t) count * BLCKSZ;
 
+			CHECK_FOR_INTERRUPTS(); /* a cancel must not wait for the end of a long scan */
 			heapgetpage(scan, blk); /* visibility: PostgreSQL's, into rs_vistuples */
 			if (hs->rs_ntuples == 0)
 				continue;
@@ -741,9 +742,16 @@ rows_receive(TupleTableSlot *slot, DestReceiver *self)
 	}
 	if (r->rowlen < 0)
 	{
-		r->rowlen = 0;
+		uint64		len = 0;
+
 		for (i = 0; i < natts; i++)
-			r->rowlen += arrays[i] ? r->widths[i] : 1;
+			len += arrays[i] ? r->widths[i] : 1;
+		/* a row must fit one data frame (the server would drop the connection) */
+		if (len * sizeof(double) + LX_HEADER + 16 > LX_MAX_REPLY)
+			ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+							errmsg("a row of " UINT64_FORMAT " values exceeds the %d MiB frames of the learnedidx "
+								   "protocol", len, LX_MAX_REPLY >> 20)));
+		r->rowlen = (int) len;
 	}
 	MemoryContextSwitchTo(old);
 	if (r->buffered == 0)

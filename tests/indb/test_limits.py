@@ -139,6 +139,11 @@ def test_too_many_features_and_too_much_data_are_refused(ldb):
         with pytest.raises(psycopg.errors.ProgramLimitExceeded, match=f"{n} features exceed the server's limit of 64"):
             ldb.execute(f"SELECT * FROM learnedidx.linregr_train('{table}', 'wide_m', 'y', 'f')")
     ldb.execute("RESET learnedidx.reader")
+    # a row larger than the protocol's frames: refused by the backend, which would otherwise
+    # see the server drop the connection mid-frame
+    ldb.execute("CREATE TABLE huge AS SELECT 1::float8 AS y, array_fill(1.5::float8, ARRAY[9000000]) AS f")
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="exceeds the 64 MiB frames"):
+        ldb.execute("SELECT * FROM learnedidx.linregr_train('huge', 'huge_m', 'y', 'f')")
     ldb.execute("CREATE TABLE tall (y float8, f float8[])")
     ldb.execute("INSERT INTO tall SELECT g, array_fill(1.5::float8, ARRAY[30]) FROM generate_series(1, 50000) g")
     with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="memory limit per call"):
