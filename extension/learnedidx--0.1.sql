@@ -737,9 +737,14 @@ DECLARE
 BEGIN
     SELECT * INTO src FROM learnedidx._source(source, caller_path);
     SELECT * INTO t FROM learnedidx._target(out_table, caller_path);
+    -- the feature expression is SQL the model's owner wrote: only its members run it
+    IF NOT pg_catalog.pg_has_role((SELECT relowner FROM pg_class WHERE oid = learnedidx._summary(model)), 'USAGE') THEN
+        RAISE EXCEPTION 'predict_table evaluates the feature expression of model %, SQL its owner wrote', model
+            USING ERRCODE = '42501', HINT = 'Call learnedidx.predict(model, features) with the features yourself.';
+    END IF;
     EXECUTE format('SELECT s.feature_expression, ARRAY(SELECT pg_catalog.jsonb_array_elements_text(g.j) FROM '
                    '(SELECT pg_catalog.to_jsonb(s) -> ''grouping_columns'' AS j) AS g '
-                   'WHERE pg_catalog.jsonb_typeof(g.j) = ''array'') FROM %s AS s', learnedidx._summary(model))
+                   'WHERE pg_catalog.jsonb_typeof(g.j) = ''array'') FROM ONLY %s AS s', learnedidx._summary(model))
         INTO features, groups;
     -- a model trained with grouping scores each row with its group's coefficients
     stmt := format('CREATE TABLE %I.%I AS SELECT s.*, learnedidx.predict(%s::pg_catalog.oid::pg_catalog.regclass, %s%s) '
@@ -777,6 +782,8 @@ BEGIN
                AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = s.oid AND a.attname = 'method'
                            AND NOT a.attisdropped)
                AND has_table_privilege(o.oid, 'SELECT') AND has_table_privilege(s.oid, 'SELECT')
+               -- listing runs no code of a summary's owner: no policies (nor inheritors)
+               AND NOT row_security_active(s.oid)
              ORDER BY n.nspname, o.relname
     LOOP
         -- through jsonb: a summary table written by hand may lack columns
@@ -784,7 +791,7 @@ BEGIN
                                     'j->>''dependent_varname'', j->>''independent_varname'', j->>''read_path'', '
                                     'coalesce(j->>''num_rows_processed'', j->>''total_rows_processed'')::int8, '
                                     '(j->>''created'')::timestamptz '
-                                    'FROM (SELECT pg_catalog.to_jsonb(s) AS j FROM %s AS s) AS s',
+                                    'FROM (SELECT pg_catalog.to_jsonb(s) AS j FROM ONLY %s AS s) AS s',
                                     m.model, m.summary::regclass);
     END LOOP;
 END $$;

@@ -1037,18 +1037,40 @@ int8s(Datum d, int n)
 	return (int64 *) ARR_DATA_PTR(a);
 }
 
-/* One value of the single row of `sql` (NULL when SQL NULL); errors unless there is one row. */
+/* Refuse columns first + 1 .. first + n of `t` whose (base) types are not `want` (varchar
+ * passes for text): a model table is read without casts, which could run a cast function its
+ * owner wrote, and its values are then taken as the types they must be. */
+static void
+require_types(SPITupleTable *t, const char *model, int first, const Oid *want, int n)
+{
+	int			j;
+
+	for (j = 0; j < n; j++)
+	{
+		Oid			have = getBaseType(SPI_gettypeid(t->tupdesc, first + j + 1));
+
+		if (have != want[j] && !(want[j] == TEXTOID && have == VARCHAROID))
+			ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+							errmsg("model %s: column \"%s\" has type %s, not %s", model,
+								   NameStr(TupleDescAttr(t->tupdesc, first + j)->attname), format_type_be(have),
+								   format_type_be(want[j]))));
+	}
+}
+
+/* One value of the single row of `sql`, whose columns must have types `want` (NULL when SQL
+ * NULL); errors unless there is one row. */
 static Datum
-model_value(const char *sql, const char *model, int col, bool *isnull)
+model_value(const char *sql, const char *model, const Oid *want, int n, bool *isnull)
 {
 	if (SPI_execute(sql, true, 2) != SPI_OK_SELECT)
 		elog(ERROR, "reading model %s failed", model);
+	require_types(SPI_tuptable, model, 0, want, n);
 	if (SPI_processed != 1)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						errmsg("model %s has " UINT64_FORMAT " rows; predict scores models of one row", model,
 							   (uint64) SPI_processed),
 						errhint("A model trained with grouping_cols has a summary naming its grouping_columns.")));
-	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
 }
 
 /* Compare groups a and b of model m (keys ordered as the types' btree orders them, NULLs last). */
@@ -1112,10 +1134,15 @@ load_groups(Model *m, const char *name, ArrayType *keycols, MemoryContext mcxt)
 		appendStringInfo(&sql, "%s, ", quote_identifier(TextDatumGetCString(kn[j])));
 		appendStringInfo(&names, "%s%s", j ? ", " : "", TextDatumGetCString(kn[j]));
 	}
-	appendStringInfo(&sql, "coef%s FROM %s", m->kind == MODEL_SVM ? ", dep_var_mapping" : "", name);
+	appendStringInfo(&sql, "coef%s FROM ONLY %s", m->kind == MODEL_SVM ? ", dep_var_mapping" : "", name);
 	if (SPI_execute(sql.data, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "reading model %s failed", name);
 	t = SPI_tuptable;
+	{
+		Oid			want[2] = {FLOAT8ARRAYOID, FLOAT8ARRAYOID};
+
+		require_types(t, name, nk, want, m->kind == MODEL_SVM ? 2 : 1);	/* after the keys */
+	}
 	if (SPI_processed > INT_MAX / Max(1, nk))
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("model %s has too many groups", name)));
 
@@ -1135,7 +1162,9 @@ load_groups(Model *m, const char *name, ArrayType *keycols, MemoryContext mcxt)
 	{
 		TypeCacheEntry *tc;
 
-		m->keytype[j] = SPI_gettypeid(t->tupdesc, j + 1);
+		/* values of a domain compare and convert as its base type's (a domain's input would run
+		 * its CHECK expressions, code the model's owner wrote) */
+		m->keytype[j] = getBaseType(SPI_gettypeid(t->tupdesc, j + 1));
 		m->keycoll[j] = TupleDescAttr(t->tupdesc, j)->attcollation;
 		tc = lookup_type_cache(m->keytype[j], TYPECACHE_CMP_PROC_FINFO);
 		if (!OidIsValid(tc->cmp_proc))
@@ -1241,19 +1270,29 @@ load_model(Oid relid, MemoryContext mcxt)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("model %u does not exist", relid)));
 	name = quote_qualified_identifier(nsp, rel);
 	summary = quote_qualified_identifier(nsp, psprintf("%s_summary", rel));
-	if (get_relname_relid(psprintf("%s_summary", rel), get_rel_namespace(relid)) == InvalidOid)
+	/* Plain tables only, read without their inheritors and with row_security off (an error if
+	 * policies apply): reading a model runs no code of its owner's (views, policies, foreign
+	 * tables, casts), whoever owns it. */
+	if (get_rel_relkind(relid) != RELKIND_RELATION ||
+		get_rel_relkind(get_relname_relid(psprintf("%s_summary", rel), get_rel_namespace(relid))) != RELKIND_RELATION)
 		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
-						errmsg("%s is not a learnedidx model: it has no summary table %s", name, summary)));
+						errmsg("%s is not a learnedidx model: it is not a table with a summary table %s", name,
+							   summary)));
 	nest = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
+	(void) set_config_option("row_security", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
 	/* (through jsonb: summaries written by hand, or by MADlib, have no grouping_columns) */
-	d = model_value(psprintf("SELECT s.method, s.intercept, ARRAY(SELECT pg_catalog.jsonb_array_elements_text(g.j) "
-							 "FROM (SELECT pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->) 'grouping_columns' AS j) "
-							 "AS g WHERE pg_catalog.jsonb_typeof(g.j) OPERATOR(pg_catalog.=) 'array') FROM %s AS s",
-							 summary), name, 1, &isnull);
+	{
+		Oid			want[3] = {TEXTOID, BOOLOID, TEXTARRAYOID};
+
+		d = model_value(psprintf("SELECT s.method, s.intercept, ARRAY(SELECT pg_catalog.jsonb_array_elements_text(g.j) "
+								 "FROM (SELECT pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->) 'grouping_columns' AS j) "
+								 "AS g WHERE pg_catalog.jsonb_typeof(g.j) OPERATOR(pg_catalog.=) 'array') "
+								 "FROM ONLY %s AS s", summary), name, want, 3, &isnull);
+	}
 	if (isnull)
 		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE), errmsg("%s is not a learnedidx model", name)));
 	method = TextDatumGetCString(d);
@@ -1275,7 +1314,9 @@ load_model(Oid relid, MemoryContext mcxt)
 	}
 	else if (m->kind == MODEL_LMF)
 	{
-		Datum		u = model_value(psprintf("SELECT u, v, row_ids, col_ids FROM %s", name), name, 1, &isnull);
+		Oid			want[4] = {FLOAT8ARRAYOID, FLOAT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
+		Datum		u = model_value(psprintf("SELECT u, v, row_ids, col_ids FROM ONLY %s", name), name, want, 4,
+									&isnull);
 		bool		n2,
 					n3,
 					n4;
@@ -1313,7 +1354,9 @@ load_model(Oid relid, MemoryContext mcxt)
 	{
 		const char *cols = m->kind == MODEL_SVM ? "coef, dep_var_mapping" : "coef";
 		double	   *coef;
-		Datum		c = model_value(psprintf("SELECT %s FROM %s", cols, name), name, 1, &isnull);
+		Oid			want[2] = {FLOAT8ARRAYOID, FLOAT8ARRAYOID};
+		Datum		c = model_value(psprintf("SELECT %s FROM ONLY %s", cols, name), name, want,
+									m->kind == MODEL_SVM ? 2 : 1, &isnull);
 
 		if (isnull)
 			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s has no coefficients", name)));

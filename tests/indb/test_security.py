@@ -248,13 +248,15 @@ def test_models_are_their_tables_and_share_their_privileges(db):
         assert a.execute("SELECT learnedidx.predict('bob_lmf', '{1, 2}')").fetchone()[0] is not None
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="must be owner"):
             a.execute("SELECT learnedidx.drop_model('bob_lmf')")
-        # predict_table reads the source as the caller: bob's ratings stay bob's
-        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied for table ratings"):
-            a.execute("SELECT learnedidx.predict_table('bob_lmf', 'ratings', 'stolen_pred')")
+        # predict_table evaluates the feature expression bob's training wrote: bob's SQL, not
+        # run as alice; predict, given the features, is hers to call
         a.execute("CREATE TABLE mine (u int, i int)")
         a.execute("INSERT INTO mine VALUES (1, 2), (999, 1)")
-        assert a.execute("SELECT learnedidx.predict_table('bob_lmf', 'SELECT u, i, ARRAY[u, i] AS features "
-                         "FROM mine', 'mine_pred')").fetchone() == (2,)
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="SQL its owner wrote"):
+            a.execute("SELECT learnedidx.predict_table('bob_lmf', 'mine', 'mine_pred')")
+        assert a.execute("SELECT count(learnedidx.predict('bob_lmf', ARRAY[u, i])) FROM mine").fetchone() == (1,)
+    with connect(db, "bob") as b:  # bob's own: his source and his expression
+        assert b.execute("SELECT learnedidx.predict_table('bob_lmf', 'ratings', 'bob_pred')").fetchone() == (400,)
 
 
 def test_no_role_creates_models_or_algorithms_for_another(db):
@@ -547,3 +549,65 @@ def test_views_with_side_effects_run_as_the_callers_select(db):
         db.execute("SELECT * FROM learnedidx.linregr_train('WITH d AS (DELETE FROM side RETURNING *) "
                    "SELECT * FROM d', 'side_w', 'y', 'x')")
     assert db.execute("SELECT count(*) FROM side").fetchone() == (30,)
+
+
+def test_reading_a_model_runs_no_code_of_its_owner(db):
+    """A role that makes a "model" for others to use (granted to them, or named by them) gets
+    no code run as them and cannot crash their backend: the model's tables are read without
+    casts, policies, views or inheritors, and a column of another type is an error (an int
+    coef once crashed the cluster)."""
+    make_role(db, "mallory")
+    make_role(db, "victim")
+    db.execute("GRANT CREATE ON SCHEMA public TO mallory")
+    with connect(db, "mallory") as m:
+        m.execute("CREATE TABLE ran (who text)")
+        m.execute("GRANT INSERT ON ran TO PUBLIC")
+        m.execute("""CREATE FUNCTION steal() RETURNS boolean LANGUAGE plpgsql AS $$
+                     BEGIN INSERT INTO public.ran VALUES (current_user); RETURN true; END $$""")
+        # an int where the coefficients belong: the backend read it as an array pointer
+        m.execute("CREATE TABLE crash (coef int)")
+        m.execute("INSERT INTO crash VALUES (12345)")
+        m.execute("CREATE TABLE crash_summary (method text, intercept bool)")
+        m.execute("INSERT INTO crash_summary VALUES ('linregr', true)")
+        # a cast of the owner's to float8[]
+        m.execute("CREATE TYPE coefs AS ENUM ('a')")
+        m.execute("CREATE FUNCTION to_coef(coefs) RETURNS float8[] LANGUAGE plpgsql AS "
+                  "$$ BEGIN PERFORM steal(); RETURN '{1}'; END $$")
+        m.execute("CREATE CAST (coefs AS float8[]) WITH FUNCTION to_coef(coefs) AS IMPLICIT")
+        m.execute("CREATE TABLE casted (coef coefs)")
+        m.execute("INSERT INTO casted VALUES ('a')")
+        m.execute("CREATE TABLE casted_summary (method text, intercept bool)")
+        m.execute("INSERT INTO casted_summary VALUES ('linregr', true)")
+        # a policy, a view as the summary, and an inheritor holding another row
+        m.execute("CREATE TABLE pol (coef float8[])")
+        m.execute("INSERT INTO pol VALUES ('{1, 2}')")
+        m.execute("ALTER TABLE pol ENABLE ROW LEVEL SECURITY")
+        m.execute("CREATE POLICY p ON pol USING (steal())")
+        m.execute("CREATE TABLE pol_summary (method text, intercept bool)")
+        m.execute("INSERT INTO pol_summary VALUES ('linregr', true)")
+        m.execute("ALTER TABLE pol_summary ENABLE ROW LEVEL SECURITY")
+        m.execute("CREATE POLICY p ON pol_summary USING (steal())")
+        m.execute("CREATE TABLE viewed (coef float8[])")
+        m.execute("INSERT INTO viewed VALUES ('{1, 2}')")
+        m.execute("CREATE VIEW viewed_summary AS SELECT 'linregr'::text AS method, steal() AS intercept")
+        m.execute("CREATE TABLE parent (coef float8[])")
+        m.execute("INSERT INTO parent VALUES ('{1, 2}')")
+        m.execute("CREATE TABLE kid () INHERITS (parent)")
+        m.execute("INSERT INTO kid VALUES ('{100, 200}')")
+        m.execute("CREATE TABLE parent_summary (method text, intercept bool)")
+        m.execute("INSERT INTO parent_summary VALUES ('linregr', true)")
+        m.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO victim")
+    with connect(db, "victim") as v:
+        for model, error, match in [
+            ("crash", psycopg.errors.DatatypeMismatch, 'column "coef" has type integer'),
+            ("casted", psycopg.errors.DatatypeMismatch, 'column "coef" has type public.coefs'),
+            ("pol", psycopg.errors.InsufficientPrivilege, "row-level security"),
+            ("viewed", psycopg.errors.WrongObjectType, "not a learnedidx model"),
+        ]:
+            with pytest.raises(error, match=match):
+                v.execute(f"SELECT learnedidx.predict('{model}', '{{1}}')")
+        assert v.execute("SELECT learnedidx.predict('parent', '{1}')").fetchone() == (3.0,)  # the parent's row only
+        assert [r[0] for r in v.execute("SELECT model::text FROM learnedidx.models ORDER BY 1").fetchall()] == \
+            ["casted", "crash", "parent"]  # pol's summary has policies: not even listed
+        v.execute("SELECT * FROM learnedidx.models")
+    assert db.execute("SELECT count(*) FROM ran").fetchone() == (0,)
