@@ -79,11 +79,14 @@ def fit(trainee: str | Algorithm, y: np.ndarray, design: np.ndarray, params: dic
         Xg, yg = data_X[rows], y[rows]
         p = {**params, "lambda": params["lambda"] / len(yg)} if per_model and "lambda" in params else params
         out = train(trainee, {"X": Xg, "y": yg}, p, threads=threads, seed=seed, stop=stop)
-        model = {**out.model, **extra}
-        results.append({
-            "group": group, "model": {k: np.asarray(v).tolist() for k, v in model.items()}, "loss": out.loss,
-            "num_rows_processed": len(yg), "num_iterations": out.iterations, "accel_seconds": out.modelled_seconds,
-            "train_seconds": out.seconds,
-            "stats": {k: np.asarray(v).tolist() for k, v in _statistics(name, out, Xg, yg, intercept).items()},
-        })
+        results.append(result(group, out, len(yg), _statistics(name, out, Xg, yg, intercept), extra))
     return results, {"intercept": bool(intercept), "num_features": int(X.shape[1])}
+
+
+def result(group: int | None, out: TrainOutput, rows: int, statistics: dict, extra: dict) -> dict:
+    """One model as the server replies it (JSON): its group, model arrays (and ``extra``
+    arrays), loss, rows, iterations, times and MADlib's statistics."""
+    return {"group": group, "model": {k: np.asarray(v).tolist() for k, v in {**out.model, **extra}.items()},
+            "loss": out.loss, "num_rows_processed": rows, "num_iterations": out.iterations,
+            "accel_seconds": out.modelled_seconds, "train_seconds": out.seconds,
+            "stats": {k: np.asarray(v).tolist() for k, v in statistics.items()}}

@@ -109,7 +109,6 @@ def indb_train(args, arrays, ctx):
     with ctx.server.call_slot(stream):
         t_read = time.perf_counter()
         td = _read(stream, limits)
-        extra: dict = {}
         t_train = time.perf_counter()
         with stream.watch() as closed:
             if algorithm == "lmf":
@@ -118,11 +117,8 @@ def indb_train(args, arrays, ctx):
                     raise TooLargeError(f"rank {rank} exceeds the server's limit of {limits.max_features}")
                 data, extra = _factor_data(td, rank, threads, limits.max_call_bytes)
                 out = runtime.train(trainee, data, params, threads=threads, seed=seed, stop=closed.is_set)
-                model = {k: np.asarray(v).tolist() for k, v in {**out.model, **extra}.items()}
-                groups = [{"group": None, "model": model, "loss": out.loss, "num_rows_processed": len(td.y),
-                           "num_iterations": out.iterations, "accel_seconds": out.modelled_seconds,
-                           "train_seconds": out.seconds, "stats": {}}]
-                shared = {"intercept": False, "num_features": 2}
+                groups, shared = [models.result(None, out, len(td.y), {}, extra)], {"intercept": False,
+                                                                                  "num_features": 2}
             else:
                 groups, shared = models.fit(trainee, td.y, td.design, params, grouped=grouped, threads=threads,
                                             seed=seed, stop=closed.is_set)
