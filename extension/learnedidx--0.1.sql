@@ -599,7 +599,7 @@ DECLARE
     hint text;
 BEGIN
     RETURN QUERY SELECT * FROM learnedidx._train_impl(algorithm, source, out_table, dep, indep, params, caller_path);
-EXCEPTION WHEN OTHERS THEN
+EXCEPTION WHEN OTHERS OR query_canceled THEN  -- (raised again at once: a cancel still cancels)
     GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL,
                             hint = PG_EXCEPTION_HINT;
     msg := pg_catalog.regexp_replace(msg, '^(plpy\.[A-Za-z]+|spiexceptions\.[A-Za-z]+): ', '');

@@ -77,7 +77,7 @@ def _wait_active(probe, needle: str) -> int:
 
 def test_statement_timeout_ends_the_call_and_the_servers_work(ldb, small_server):
     ldb.execute("SET statement_timeout = '700ms'")
-    with pytest.raises(psycopg.errors.QueryCanceled):
+    with pytest.raises(psycopg.errors.QueryCanceled, match="^canceling statement due to statement timeout"):
         ldb.execute(LONG_SVM)
     ldb.execute("SET statement_timeout = 0")
     assert ldb.execute("SELECT to_regclass('big_svm')").fetchone() == (None,)
