@@ -573,7 +573,8 @@ else:
 tail = [("grouping_columns", "pg_catalog.text[]", lit(groups) if groups is None else
          "{" + ",".join('"%s"' % g.replace("\\", "\\\\").replace('"', '\\"') for g in groups) + "}"),
         ("intercept", "pg_catalog.bool", r["intercept"]), ("num_features", I4, r["num_features"]),
-        ("feature_expression", TEXT, feature_expression), ("params", "pg_catalog.jsonb", json.dumps(opts)),
+        ("feature_expression", TEXT, feature_expression),
+        ("params", "pg_catalog.jsonb", json.dumps({k: v for k, v in opts.items() if k != "grouped"})),
         ("read_path", TEXT, r["path"]), ("timings", "pg_catalog.jsonb", json.dumps(r["timings"]))]
 cols = head + tail
 plpy.execute("CREATE TABLE %s (%s, created pg_catalog.timestamptz DEFAULT pg_catalog.now())" % (
@@ -620,7 +621,8 @@ END $$;
 -- intercept), or any SQL expressions of the source's columns ('ARRAY[1]::float8[] || features').
 -- grouping_cols: columns of the source; one model per group of rows.
 CREATE FUNCTION learnedidx.linregr_train(source text, out_table text, dep text, indep text,
-                                         grouping_cols text DEFAULT NULL, heteroskedasticity_option boolean DEFAULT false,
+                                         grouping_cols text DEFAULT NULL,
+                                         heteroskedasticity_option boolean DEFAULT false,
                                          "intercept" boolean DEFAULT true)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
 BEGIN ATOMIC
@@ -747,8 +749,9 @@ BEGIN
                    'WHERE pg_catalog.jsonb_typeof(g.j) = ''array'') FROM ONLY %s AS s', learnedidx._summary(model))
         INTO features, groups;
     -- a model trained with grouping scores each row with its group's coefficients
-    stmt := format('CREATE TABLE %I.%I AS SELECT s.*, learnedidx.predict(%s::pg_catalog.oid::pg_catalog.regclass, %s%s) '
-                   'AS prediction FROM %s AS s', t.schema, t.relname, model::oid, features,
+    stmt := format('CREATE TABLE %I.%I AS SELECT s.*, '
+                   'learnedidx.predict(%s::pg_catalog.oid::pg_catalog.regclass, %s%s) AS prediction FROM %s AS s',
+                   t.schema, t.relname, model::oid, features,
                    (SELECT pg_catalog.string_agg(', s.' || pg_catalog.quote_ident(g), '' ORDER BY i)
                     FROM pg_catalog.unnest(groups) WITH ORDINALITY AS u(g, i)), src.from_sql);
     -- the caller's source and feature expression, evaluated with the caller's search_path

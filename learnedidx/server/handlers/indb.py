@@ -16,8 +16,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from learnedidx.errors import (BadRequestError, CancelledError, NotSupportedError, PagesUndecodableError, ParameterError,
-                               TooLargeError, TrainingDataError)
+from learnedidx.errors import (BadRequestError, CancelledError, NotSupportedError, PagesUndecodableError,
+                               ParameterError, TooLargeError, TrainingDataError)
 from learnedidx.indb import runtime
 from learnedidx.indb.runtime import models
 from learnedidx.indb.dsl import Algorithm, compile_algorithm
