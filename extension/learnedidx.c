@@ -10,8 +10,10 @@
  *                  having decided which tuples the caller's snapshot sees; the query path runs an
  *                  SPI query (read-only, the caller's snapshot and search_path) and sends its rows
  *                  as float8.  The server never connects to PostgreSQL.
- *   predict        scores feature vectors against a model table, read once per query.
- *   predict_proba
+ *   predict        scores feature vectors against a model table, read once per query (a model
+ *   predict_proba  trained with grouping_cols: the group's row, picked by the group's values);
+ *                  reading a model runs no code of its owner's.
+ *   linregr_predict, logregr_predict, logregr_predict_prob: MADlib's, over coefficients.
  *
  * The wire format is docs/protocol.md's (frames of learnedidx.server.protocol; the stream frames
  * of an indb.train call); tests/indb/test_extension_sql.py checks the constants below against
