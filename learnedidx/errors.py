@@ -206,24 +206,21 @@ class NotSupportedError(InDBError, kind="not-supported", sqlstate="0A000"):
     """A MADlib option this engine does not implement."""
 
 
+class DSLRuntimeError(InDBError, kind="dsl-runtime", sqlstate="38000"):
+    """An algorithm's own code failed while training (SQLSTATE class 38: an error of a
+    user-defined routine), e.g. ``solve`` of a singular matrix in its ``update``."""
+
+
+class DSLDivisionByZeroError(DSLRuntimeError, ZeroDivisionError, kind="division-by-zero", sqlstate="22012"):
+    """An algorithm's own code divided by zero."""
+
+
+class DSLOverflowError(DSLRuntimeError, OverflowError, kind="numeric-overflow", sqlstate="22003"):
+    """An algorithm's own code computed a number out of range."""
+
+
 class CancelledError(InDBError, kind="cancelled", sqlstate="57014"):
     """The caller gave up (its statement was cancelled): training stopped between rounds."""
-
-
-class PermissionDeniedError(InDBError, kind="permission-denied", sqlstate="42501"):
-    """The caller may not read what it asked to train on."""
-
-
-class UndefinedTableError(InDBError, kind="undefined-table", sqlstate="42P01"):
-    """The training source does not exist."""
-
-
-class UndefinedColumnError(InDBError, kind="undefined-column", sqlstate="42703"):
-    """A named column does not exist in the training source."""
-
-
-class UnsupportedTypeError(InDBError, kind="unsupported-type", sqlstate="42804"):
-    """A column's type cannot be used as a label or feature."""
 
 
 class PagesUndecodableError(InDBError, kind="pages-undecodable", sqlstate="0A000"):

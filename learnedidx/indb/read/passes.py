@@ -13,7 +13,7 @@ from typing import Iterable
 
 import numpy as np
 
-from learnedidx.errors import InDBError, PagesUndecodableError
+from learnedidx.errors import PagesUndecodableError, ProtocolError
 from learnedidx.indb.read import strider
 from learnedidx.indb.read.strider import Layout
 from learnedidx.indb.read.training_data import RowBuffer, TrainingData
@@ -99,7 +99,7 @@ def read_pass(frames: Iterable[tuple[str, object]], buffer: RowBuffer) -> Traini
     path = begin.get("reader")
     if path == "pages":
         if state.tuples != end.get("rows"):
-            raise InDBError(f"decoded {state.tuples} rows where the backend sent {end.get('rows')}")
+            raise ProtocolError(f"decoded {state.tuples} rows where the backend sent {end.get('rows')}")
         total, skipped = state.tuples, state.skipped
     else:
         total, skipped = int(end.get("rows", 0)), int(end.get("skipped", 0))

@@ -17,8 +17,9 @@ from typing import Callable
 import numpy as np
 
 from learnedidx.accel.engine_model import modelled_seconds
-from learnedidx.errors import CancelledError, DSLError
+from learnedidx.errors import CancelledError, DSLError, LearnedIdxError
 from learnedidx.indb.dsl import Algorithm, settings_for
+from learnedidx.indb.dsl.compiler import runtime_error
 from learnedidx.indb.dsl.kernels import SCHEDULES, accumulate_kernel, factor_kernel, loss_kernel, sgd_kernel
 from learnedidx.indb.runtime.data import check, design, factor_tuples, labels, partitions
 
@@ -35,7 +36,7 @@ class TrainOutput:
     rows_used: int
     seconds: float
     modelled_seconds: float
-    info: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)  #: settings; for accumulating algorithms, the last sums
 
 
 def rounds(first: int, last: int, stop: StopCheck):
@@ -62,9 +63,15 @@ def run(alg: Algorithm, data: dict, params: dict, *, threads: int = 2, seed: int
     s = settings_for(alg.settings, params)
     t0 = time.perf_counter()
     train = _train_factor if alg.form == "factor" else _train_linear
-    model, loss, epochs, n, d = train(alg, data, params, s, threads, seed, stop)
+    info: dict = {"settings": s}
+    try:
+        model, loss, epochs, n, d = train(alg, data, params, s, threads, seed, stop, info)
+    except LearnedIdxError:
+        raise
+    except (ZeroDivisionError, OverflowError, IndexError) as exc:  # raised by the algorithm's compiled code
+        raise runtime_error(exc, alg.name) from None
     return TrainOutput(model, loss, epochs, n, time.perf_counter() - t0, modelled_seconds(alg.cost, n, d, epochs),
-                       {"settings": s})
+                       info)
 
 
 def _loss(ex: ThreadPoolExecutor, kernel, parts: list[slice], data: tuple, model: tuple, stop: StopCheck,
@@ -75,7 +82,7 @@ def _loss(ex: ThreadPoolExecutor, kernel, parts: list[slice], data: tuple, model
                                           for i, j in _pieces(p.start, p.stop, cost, stop)), parts)))
 
 
-def _train_linear(alg, data, params, s, threads, seed, stop):
+def _train_linear(alg, data, params, s, threads, seed, stop, info):
     X = design(data["X"], params)
     y = np.ascontiguousarray(data["y"], np.float64)
     check(X, y)
@@ -94,7 +101,8 @@ def _train_linear(alg, data, params, s, threads, seed, stop):
             sched, batch = SCHEDULES[s["schedule"]], int(s["batch_size"])
         for ep in rounds(1, int(s["epochs"]), stop):
             if alg.form == "accumulate":
-                w, epoch_loss = _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes, stop)
+                w, epoch_loss, info["accumulators"] = _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes,
+                                                                       stop)
             else:
                 lr = s["learning_rate"] * (0.5 ** ((ep - 1) // 10) if s["schedule"] == "step" else 1.0)
                 orders = [rng.permutation(np.arange(p.start, p.stop)) for p in parts]
@@ -118,7 +126,8 @@ def _train_linear(alg, data, params, s, threads, seed, stop):
 
 
 def _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes, stop):
-    """One pass summing the accumulators (and the loss at ``w``), then ``update``: (w, loss)."""
+    """One pass summing the accumulators (and the loss at ``w``), then ``update``: (w, loss,
+    the sums by accumulator name, as ``update`` saw them)."""
     cost = sum(int(np.prod(shape)) for shape in shapes) + X.shape[1]
 
     def one(p):
@@ -135,10 +144,10 @@ def _accumulate_step(alg, kernel, ex, X, y, w, parts, shapes, modes, stop):
     new = np.asarray(alg.namespace["update"](*[values[a] for a in alg.update_args]), np.float64)
     if new.shape != w.shape:
         raise DSLError(f"update must return the model: {w.shape[0]} values, not shape {new.shape}")
-    return new, float(sum(r[1] for r in res)) / len(y)
+    return new, float(sum(r[1] for r in res)) / len(y), {a: values[a] for a in alg.accumulators}
 
 
-def _train_factor(alg, data, params, s, threads, seed, stop):
+def _train_factor(alg, data, params, s, threads, seed, stop, info):
     rows, cols, vals = factor_tuples(data)
     rank = int(s["rank"])
     rng = np.random.default_rng(seed)

@@ -16,8 +16,10 @@ from collections import OrderedDict
 
 import numpy as np
 
-from learnedidx.errors import BadRequestError, CancelledError, PagesUndecodableError, TooLargeError, TrainingDataError
+from learnedidx.errors import (BadRequestError, CancelledError, NotSupportedError, PagesUndecodableError,
+                               ParameterError, TooLargeError, TrainingDataError)
 from learnedidx.indb import runtime
+from learnedidx.indb.runtime import models
 from learnedidx.indb.dsl import Algorithm, compile_algorithm
 from learnedidx.indb.read import strider
 from learnedidx.indb.read.passes import read_pass
@@ -50,12 +52,9 @@ def _dsl(name: str, source: str) -> Algorithm:
 def _threads(params: dict, limit: int) -> int:
     """The engine threads a call gets: what it asks for (default: the limit), at most the limit."""
     asked = params.pop("threads", None)
-    try:
-        n = limit if asked is None else int(asked)
-    except (TypeError, ValueError):
-        raise BadRequestError(f"threads must be a positive integer, not {asked!r}") from None
+    n = limit if asked is None else _integer(asked, "threads")
     if n < 1:
-        raise BadRequestError(f"threads must be a positive integer, not {asked!r}")
+        raise ParameterError(f"threads must be a positive integer, not {asked!r}")
     return min(n, limit)
 
 
@@ -88,49 +87,57 @@ def _factor_data(td: TrainingData, rank: int, threads: int, max_bytes: int) -> t
 
 @handler("indb.train")
 def indb_train(args, arrays, ctx):
-    """Train on the data the caller streams; return the model and its statistics as JSON."""
+    """Train on the data the caller streams; return the models (one, or one per group: the
+    stream's last column numbers the groups) and their statistics as JSON."""
     limits = ctx.server.config.limits
     stream = ctx.stream
     algorithm = args["algorithm"]
+    if not isinstance(args.get("params") or {}, dict):
+        raise BadRequestError("params must be a JSON object")
     params = dict(args.get("params") or {})
+    grouped = params.pop("grouped", False) is True
     if algorithm in runtime.ALGORITHMS:
+        if grouped and algorithm == "lmf":
+            raise NotSupportedError("lmf trains one model: grouping is not supported")
         runtime.check_params(algorithm, params)  # before reading any data
         trainee: str | Algorithm = algorithm
     else:
         trainee = _dsl(algorithm, args.get("dsl_source"))
     threads = _threads(params, limits.max_threads)
-    seed = int(params.pop("seed", 0))
+    seed = _integer(params.pop("seed", 0), "seed")
     t0 = time.perf_counter()
     with ctx.server.call_slot(stream):
         t_read = time.perf_counter()
         td = _read(stream, limits)
-        extra: dict = {}
-        if algorithm == "lmf":
-            rank = int(params.get("rank", params.get("max_rank", 10)))
-            if not 1 <= rank <= limits.max_features:
-                raise TooLargeError(f"rank {rank} is outside 1..{limits.max_features}, the server's limit")
-            data, extra = _factor_data(td, rank, threads, limits.max_call_bytes)
-            intercept = False
-        else:
-            X = td.X
-            ones = X.shape[1] > 0 and len(X) > 0 and bool(np.all(X[:, 0] == 1.0))
-            intercept = ones or params.get("intercept") is not False
-            # the design matrix's first column is the intercept's ones: no copy to add them
-            data = {"X": td.design if intercept and not ones else X, "y": td.y}
         t_train = time.perf_counter()
         with stream.watch() as closed:
-            out = runtime.train(trainee, data, params, threads=threads, seed=seed, stop=closed.is_set)
-    model = {k: np.asarray(v).tolist() for k, v in out.model.items()}
-    model.update({k: v.tolist() for k, v in extra.items()})
+            if algorithm == "lmf":
+                rank = _integer(params.get("rank", params.get("max_rank", 10)), "max_rank")
+                if rank > limits.max_features:
+                    raise TooLargeError(f"rank {rank} exceeds the server's limit of {limits.max_features}")
+                data, extra = _factor_data(td, rank, threads, limits.max_call_bytes)
+                out = runtime.train(trainee, data, params, threads=threads, seed=seed, stop=closed.is_set)
+                groups, shared = [models.result(None, out, len(td.y), {}, extra)], {"intercept": False,
+                                                                                  "num_features": 2}
+            else:
+                groups, shared = models.fit(trainee, td.y, td.design, params, grouped=grouped, threads=threads,
+                                            seed=seed, stop=closed.is_set)
     return {
-        "model": model, "loss": out.loss, "num_rows_processed": td.rows_total - td.rows_skipped,
-        "num_rows_skipped": td.rows_skipped, "num_iterations": out.iterations,
-        "num_features": int(td.X.shape[1]), "intercept": bool(intercept), "features_form": td.features_form,
-        "train_seconds": time.perf_counter() - t0, "accel_seconds": out.modelled_seconds, "path": td.path,
-        "threads": threads,
+        "groups": groups, **shared, "num_rows_skipped": td.rows_skipped,
+        "num_rows_processed": td.rows_total - td.rows_skipped, "features_form": td.features_form,
+        "train_seconds": time.perf_counter() - t0, "path": td.path, "threads": threads,
         "timings": {"wait": t_read - t0, "read": td.seconds, "decode": td.decode_seconds,
-                    "prepare": t_train - t_read - td.seconds, "train": out.seconds},
+                    "prepare": t_train - t_read - td.seconds, "train": sum(g["train_seconds"] for g in groups)},
     }, {}
+
+
+def _integer(value, name: str) -> int:
+    try:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ParameterError(f"{name} must be an integer, not {value!r}") from None
 
 
 @handler("indb.register")
