@@ -10,8 +10,10 @@
  *                  having decided which tuples the caller's snapshot sees; the query path runs an
  *                  SPI query (read-only, the caller's snapshot and search_path) and sends its rows
  *                  as float8.  The server never connects to PostgreSQL.
- *   predict        scores feature vectors against a model table, read once per query.
- *   predict_proba
+ *   predict        scores feature vectors against a model table, read once per query (a model
+ *   predict_proba  trained with grouping_cols: the group's row, picked by the group's values);
+ *                  reading a model runs no code of its owner's.
+ *   linregr_predict, logregr_predict, logregr_predict_prob: MADlib's, over coefficients.
  *
  * The wire format is docs/protocol.md's (frames of learnedidx.server.protocol; the stream frames
  * of an indb.train call); tests/indb/test_extension_sql.py checks the constants below against
@@ -46,6 +48,7 @@
 #include "utils/acl.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -54,6 +57,7 @@
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
+#include "utils/typcache.h"
 #include "utils/wait_event.h"
 
 PG_MODULE_MAGIC;
@@ -152,6 +156,14 @@ conn_fail(Conn *c, const char *what)
 					errhint("Start it with: learnedidx server start --socket %s", c->path)));
 }
 
+/* The peer broke the protocol (learnedidx.errors.ProtocolError's SQLSTATE). */
+static void
+proto_fail(Conn *c, const char *what)
+{
+	ereport(ERROR, (errcode(ERRCODE_PROTOCOL_VIOLATION),
+					errmsg("learnedidx accelerator server at %s: %s", c->path, what)));
+}
+
 /* Wait until the socket is ready for `event` (or timeout_ms passes; -1: no timeout), serving
  * cancel requests, statement_timeout and postmaster death meanwhile.  False on timeout. */
 static bool
@@ -205,7 +217,7 @@ take_descriptor(Conn *c, struct msghdr *msg)
 		}
 	}
 	if (msg->msg_flags & MSG_CTRUNC)
-		conn_fail(c, "the server sent more than one descriptor");
+		proto_fail(c, "the server sent more than one descriptor");
 }
 
 /* Read exactly len bytes; false when the peer closed the connection before the first byte. */
@@ -299,11 +311,11 @@ read_frame(Conn *c, int *flags, uint32 *len, long timeout_ms)
 	if (!conn_read(c, (char *) h, LX_HEADER, timeout_ms))
 		return NULL;
 	if (h[0] != LX_MAGIC[0] || h[1] != LX_MAGIC[1] || h[2] != LX_VERSION)
-		conn_fail(c, "the socket does not speak the learnedidx protocol");
+		proto_fail(c, "the socket does not speak the learnedidx protocol");
 	*flags = h[3];
 	*len = ((uint32) h[4] << 24) | ((uint32) h[5] << 16) | ((uint32) h[6] << 8) | h[7];
 	if (*len > LX_MAX_REPLY)
-		conn_fail(c, "a reply exceeds the protocol's size limit");
+		proto_fail(c, "a reply exceeds the protocol's size limit");
 	payload = palloc(*len + 1);
 	if (*len > 0 && !conn_read(c, payload, *len, timeout_ms))
 		conn_fail(c, "the connection closed mid-message");
@@ -346,7 +358,7 @@ conn_open(Conn *c)
 		conn_fail(c, "the process listening there does not run as the database's OS user");
 	hello = read_frame(c, &flags, &len, HELLO_TIMEOUT_MS);
 	if (hello == NULL || flags != LX_JSON || strstr(hello, "\"hello\"") == NULL)
-		conn_fail(c, "the socket does not speak the learnedidx protocol");
+		proto_fail(c, "the socket does not speak the learnedidx protocol");
 }
 
 /* --------------------------------------------------------------------------- the page path */
@@ -575,21 +587,21 @@ ring_map(Conn *c, const char *frame, uint32 len)
 	char	   *base;
 
 	if (len < 12)
-		conn_fail(c, "a malformed ring frame");
+		proto_fail(c, "a malformed ring frame");
 	nslots = get_u32be(frame + 4);
 	slot_bytes = get_u32be(frame + 8);
 	if (c->passed_fd < 0)
-		conn_fail(c, "a ring frame without its memory");
+		proto_fail(c, "a ring frame without its memory");
 	if (c->ring.base != NULL)
-		conn_fail(c, "a second ring");
+		proto_fail(c, "a second ring");
 	if (nslots < 1 || nslots > RING_MAX_SLOTS || slot_bytes < BLCKSZ || slot_bytes > RING_MAX_SLOT_BYTES ||
 		slot_bytes % BLCKSZ != 0)
-		conn_fail(c, "a ring of unsupported shape");
+		proto_fail(c, "a ring of unsupported shape");
 	if (fstat(c->passed_fd, &st) < 0 || st.st_size < (off_t) nslots * slot_bytes)
-		conn_fail(c, "the ring's memory is smaller than the ring");
+		proto_fail(c, "the ring's memory is smaller than the ring");
 	seals = fcntl(c->passed_fd, F_GET_SEALS);
 	if (seals < 0 || (seals & F_SEAL_SHRINK) == 0)
-		conn_fail(c, "the ring's memory is not sealed against shrinking");
+		proto_fail(c, "the ring's memory is not sealed against shrinking");
 	base = mmap(NULL, (size_t) nslots * slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, c->passed_fd, 0);
 	if (base == MAP_FAILED)
 		conn_fail(c, psprintf("cannot map the ring (%m)"));
@@ -609,7 +621,7 @@ ring_free(Conn *c, const char *frame)
 	uint32		slot = get_u32be(frame + 4);
 
 	if (c->ring.base == NULL || slot >= c->ring.nslots || !c->ring.busy[slot])
-		conn_fail(c, "the server freed a slot it did not hold");
+		proto_fail(c, "the server freed a slot it did not hold");
 	c->ring.busy[slot] = false;
 }
 
@@ -640,7 +652,7 @@ server_frame(Conn *c, bool wait)
 		pfree(frame);
 		return true;
 	}
-	conn_fail(c, "unexpected frame while streaming");
+	proto_fail(c, "unexpected frame while streaming");
 	return false;
 }
 
@@ -650,7 +662,7 @@ static int
 ring_acquire(Conn *c)
 {
 	if (c->ring.base == NULL)
-		conn_fail(c, "the server asked for data without a ring");
+		proto_fail(c, "the server asked for data without a ring");
 	while (c->reply == NULL)
 	{
 		uint32		i;
@@ -710,7 +722,7 @@ stream_pages(Conn *c, PageSource *ps, int pass)
 	ListCell   *lc;
 
 	if (c->ring.base == NULL)
-		conn_fail(c, "the server asked for data without a ring");
+		proto_fail(c, "the server asked for data without a ring");
 	per_slot = c->ring.slot_bytes / BLCKSZ;
 	blocks = palloc(sizeof(uint32) * per_slot);
 	send_json(c, psprintf("{\"begin\": {\"pass\": %d, \"reader\": \"pages\"}}", pass));
@@ -729,7 +741,7 @@ stream_pages(Conn *c, PageSource *ps, int pass)
 		{
 			char	   *dst;
 
-			CHECK_FOR_INTERRUPTS();
+			CHECK_FOR_INTERRUPTS(); /* a cancel must not wait for the end of a long scan */
 			heapgetpage(scan, blk); /* visibility: PostgreSQL's, into rs_vistuples */
 			if (hs->rs_ntuples == 0)
 				continue;
@@ -920,13 +932,16 @@ rows_receive(TupleTableSlot *slot, DestReceiver *self)
 	}
 	if (r->rowlen < 0)
 	{
-		r->rowlen = 0;
+		uint64		len = 0;
+
 		for (i = 0; i < natts; i++)
-			r->rowlen += arrays[i] ? r->widths[i] : 1;
-		if ((size_t) r->rowlen * sizeof(double) > r->conn->ring.slot_bytes)
+			len += arrays[i] ? r->widths[i] : 1;
+		/* a row must fit one slot of the ring */
+		if (len * sizeof(double) > r->conn->ring.slot_bytes)
 			ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-							errmsg("rows of %d values do not fit the stream's slots of %u bytes", r->rowlen,
+							errmsg("a row of " UINT64_FORMAT " values exceeds the stream's slots of %u bytes", len,
 								   r->conn->ring.slot_bytes)));
+		r->rowlen = (int) len;
 	}
 	MemoryContextSwitchTo(old);
 	if (r->slot < 0)
@@ -1138,10 +1153,10 @@ learnedidx_offload(PG_FUNCTION_ARGS)
 				else if (query != NULL)
 					reply = stream_query(&conn, query, search_path, pass, why);
 				else
-					conn_fail(&conn, "the server asked for data this call has none of");
+					proto_fail(&conn, "the server asked for data this call has none of");
 			}
 			else
-				conn_fail(&conn, "unexpected frame");
+				proto_fail(&conn, "unexpected frame");
 		}
 	}
 	PG_FINALLY();
@@ -1171,7 +1186,7 @@ typedef struct Model
 	Oid			relid;
 	ModelKind	kind;
 	int			ncoef;
-	double	   *coef;
+	double	   *coef;			/* one model's coefficients, or ngroups rows of them */
 	bool		intercept;		/* coef[0] is an intercept: features may omit its leading 1 */
 	double		labels[2];
 	int			rank;
@@ -1181,6 +1196,21 @@ typedef struct Model
 			   *v;
 	int64	   *row_ids,
 			   *col_ids;
+	/* A model trained with grouping_cols: one row per group, sorted by the group's values. */
+	int			nkeys;			/* grouping columns; 0 for one model */
+	char	   *keynames;		/* their names, for messages */
+	int			ngroups;
+	Oid		   *keytype;
+	Oid		   *keycoll;
+	FmgrInfo   *keycmp;			/* the types' btree comparison */
+	Datum	   *keys;			/* ngroups × nkeys */
+	bool	   *keynull;
+	bool	   *trained;		/* the group has coefficients (a group whose rows all had NULLs has none) */
+	/* How the call's group arguments become values of the key types (set up on the first call). */
+	Oid		   *argtype;
+	FmgrInfo   *argout;
+	FmgrInfo   *keyin;
+	Oid		   *keyioparam;
 } Model;
 
 static double *
@@ -1207,17 +1237,215 @@ int8s(Datum d, int n)
 	return (int64 *) ARR_DATA_PTR(a);
 }
 
-/* One value of the single row of `sql` (NULL when SQL NULL); errors unless there is one row. */
+/* Refuse columns first + 1 .. first + n of `t` whose (base) types are not `want` (varchar
+ * passes for text): a model table is read without casts, which could run a cast function its
+ * owner wrote, and its values are then taken as the types they must be. */
+static void
+require_types(SPITupleTable *t, const char *model, int first, const Oid *want, int n)
+{
+	int			j;
+
+	for (j = 0; j < n; j++)
+	{
+		Oid			have = getBaseType(SPI_gettypeid(t->tupdesc, first + j + 1));
+
+		if (have != want[j] && !(want[j] == TEXTOID && have == VARCHAROID))
+			ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+							errmsg("model %s: column \"%s\" has type %s, not %s", model,
+								   NameStr(TupleDescAttr(t->tupdesc, first + j)->attname), format_type_be(have),
+								   format_type_be(want[j]))));
+	}
+}
+
+/* One value of the single row of `sql`, whose columns must have types `want` (NULL when SQL
+ * NULL); errors unless there is one row. */
 static Datum
-model_value(const char *sql, const char *model, int col, bool *isnull)
+model_value(const char *sql, const char *model, const Oid *want, int n, bool *isnull)
 {
 	if (SPI_execute(sql, true, 2) != SPI_OK_SELECT)
 		elog(ERROR, "reading model %s failed", model);
+	require_types(SPI_tuptable, model, 0, want, n);
 	if (SPI_processed != 1)
 		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 						errmsg("model %s has " UINT64_FORMAT " rows; predict scores models of one row", model,
-							   (uint64) SPI_processed)));
-	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
+							   (uint64) SPI_processed),
+						errhint("A model trained with grouping_cols has a summary naming its grouping_columns.")));
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
+}
+
+/* Compare groups a and b of model m (keys ordered as the types' btree orders them, NULLs last). */
+static int
+compare_keys(const Model *m, const Datum *ka, const bool *na, const Datum *kb, const bool *nb)
+{
+	int			j;
+
+	for (j = 0; j < m->nkeys; j++)
+	{
+		int			c;
+
+		if (na[j] || nb[j])
+			c = (na[j] ? 1 : 0) - (nb[j] ? 1 : 0);
+		else
+			c = DatumGetInt32(FunctionCall2Coll(&m->keycmp[j], m->keycoll[j], ka[j], kb[j]));
+		if (c != 0)
+			return c;
+	}
+	return 0;
+}
+
+static int
+compare_groups(const void *a, const void *b, void *arg)
+{
+	const Model *m = (const Model *) arg;
+	int			ia = *(const int *) a,
+				ib = *(const int *) b;
+
+	return compare_keys(m, m->keys + (size_t) ia * m->nkeys, m->keynull + (size_t) ia * m->nkeys,
+						m->keys + (size_t) ib * m->nkeys, m->keynull + (size_t) ib * m->nkeys);
+}
+
+/* The rows of a grouped model (in SPI, search_path pinned): its keys and coefficients, sorted. */
+static void
+load_groups(Model *m, const char *name, ArrayType *keycols, MemoryContext mcxt)
+{
+	Datum	   *kn;
+	bool	   *knulls;
+	int			nk,
+				j,
+				g;
+	StringInfoData sql,
+				names;
+	SPITupleTable *t;
+	int		   *order;
+	Datum	   *keys;
+	bool	   *keynull,
+			   *trained;
+	double	   *coef;
+	MemoryContext old;
+
+	deconstruct_array(keycols, TEXTOID, -1, false, TYPALIGN_INT, &kn, &knulls, &nk);
+	initStringInfo(&sql);
+	initStringInfo(&names);
+	appendStringInfoString(&sql, "SELECT ");
+	for (j = 0; j < nk; j++)
+	{
+		if (knulls[j])
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s names a NULL grouping column", name)));
+		appendStringInfo(&sql, "%s, ", quote_identifier(TextDatumGetCString(kn[j])));
+		appendStringInfo(&names, "%s%s", j ? ", " : "", TextDatumGetCString(kn[j]));
+	}
+	appendStringInfo(&sql, "coef%s FROM ONLY %s", m->kind == MODEL_SVM ? ", dep_var_mapping" : "", name);
+	if (SPI_execute(sql.data, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "reading model %s failed", name);
+	t = SPI_tuptable;
+	{
+		Oid			want[2] = {FLOAT8ARRAYOID, FLOAT8ARRAYOID};
+
+		require_types(t, name, nk, want, m->kind == MODEL_SVM ? 2 : 1);	/* after the keys */
+	}
+	if (SPI_processed > INT_MAX / Max(1, nk))
+		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("model %s has too many groups", name)));
+
+	old = MemoryContextSwitchTo(mcxt);
+	m->nkeys = nk;
+	m->keynames = pstrdup(names.data);
+	m->ngroups = (int) SPI_processed;
+	m->keytype = palloc(sizeof(Oid) * nk);
+	m->keycoll = palloc(sizeof(Oid) * nk);
+	m->keycmp = palloc0(sizeof(FmgrInfo) * nk);
+	keys = palloc(sizeof(Datum) * Max(1, (size_t) m->ngroups * nk));
+	keynull = palloc(sizeof(bool) * Max(1, (size_t) m->ngroups * nk));
+	trained = palloc0(sizeof(bool) * Max(1, m->ngroups));
+	order = palloc(sizeof(int) * Max(1, m->ngroups));
+	m->ncoef = -1;
+	for (j = 0; j < nk; j++)
+	{
+		TypeCacheEntry *tc;
+
+		/* values of a domain compare and convert as its base type's (a domain's input would run
+		 * its CHECK expressions, code the model's owner wrote) */
+		m->keytype[j] = getBaseType(SPI_gettypeid(t->tupdesc, j + 1));
+		m->keycoll[j] = TupleDescAttr(t->tupdesc, j)->attcollation;
+		tc = lookup_type_cache(m->keytype[j], TYPECACHE_CMP_PROC_FINFO);
+		if (!OidIsValid(tc->cmp_proc))
+			ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+							errmsg("grouping column %s of model %s has type %s, which has no ordering",
+								   TextDatumGetCString(kn[j]), name, format_type_be(m->keytype[j]))));
+		fmgr_info_copy(&m->keycmp[j], &tc->cmp_proc_finfo, mcxt);
+	}
+	for (g = 0; g < m->ngroups; g++)
+	{
+		HeapTuple	row = t->vals[g];
+		bool		isnull;
+		Datum		c;
+
+		order[g] = g;
+		for (j = 0; j < nk; j++)
+		{
+			Datum		v = SPI_getbinval(row, t->tupdesc, j + 1, &keynull[(size_t) g * nk + j]);
+			int16		typlen;
+			bool		typbyval;
+
+			get_typlenbyval(m->keytype[j], &typlen, &typbyval);
+			keys[(size_t) g * nk + j] = keynull[(size_t) g * nk + j] ? (Datum) 0 : datumCopy(v, typbyval, typlen);
+		}
+		c = SPI_getbinval(row, t->tupdesc, nk + 1, &isnull);
+		if (!isnull)
+		{
+			int			n;
+			double	   *p = float8s(c, &n, 1, NULL);
+
+			if (m->ncoef < 0)
+			{
+				m->ncoef = n;
+				m->coef = palloc(sizeof(double) * Max(1, (size_t) m->ngroups * n));
+			}
+			if (n != m->ncoef)
+				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+								errmsg("model %s has coefficients of two lengths", name)));
+			memcpy(m->coef + (size_t) g * n, p, sizeof(double) * n);
+			trained[g] = true;
+		}
+		if (m->kind == MODEL_SVM && !isnull)
+		{
+			int			nl;
+			double	   *labels;
+			Datum		l = SPI_getbinval(row, t->tupdesc, nk + 2, &isnull);
+
+			if (isnull || (labels = float8s(l, &nl, 1, NULL), nl != 2))
+				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s lacks its two labels", name)));
+			m->labels[0] = labels[0];
+			m->labels[1] = labels[1];
+		}
+	}
+	if (m->ncoef < 0)
+	{
+		m->ncoef = 0;
+		m->coef = palloc(sizeof(double));
+	}
+	/* sort the groups: keys, coefficients and the trained flags follow */
+	m->keys = keys;
+	m->keynull = keynull;
+	qsort_arg(order, m->ngroups, sizeof(int), compare_groups, m);
+	m->keys = palloc(sizeof(Datum) * Max(1, (size_t) m->ngroups * nk));
+	m->keynull = palloc(sizeof(bool) * Max(1, (size_t) m->ngroups * nk));
+	m->trained = palloc(sizeof(bool) * Max(1, m->ngroups));
+	{
+		double	   *sorted = palloc(sizeof(double) * Max(1, (size_t) m->ngroups * m->ncoef));
+
+		for (g = 0; g < m->ngroups; g++)
+		{
+			memcpy(m->keys + (size_t) g * nk, keys + (size_t) order[g] * nk, sizeof(Datum) * nk);
+			memcpy(m->keynull + (size_t) g * nk, keynull + (size_t) order[g] * nk, sizeof(bool) * nk);
+			m->trained[g] = trained[order[g]];
+			if (trained[order[g]])
+				memcpy(sorted + (size_t) g * m->ncoef, m->coef + (size_t) order[g] * m->ncoef,
+					   sizeof(double) * m->ncoef);
+		}
+		coef = sorted;
+	}
+	m->coef = coef;
+	MemoryContextSwitchTo(old);
 }
 
 /* Read model `relid` (a table with its <name>_summary table) into the query's memory.  Its
@@ -1234,6 +1462,7 @@ load_model(Oid relid, MemoryContext mcxt)
 	char	   *method;
 	bool		isnull;
 	Datum		d;
+	ArrayType  *keycols;
 	MemoryContext old;
 	int			nest;
 
@@ -1241,29 +1470,53 @@ load_model(Oid relid, MemoryContext mcxt)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("model %u does not exist", relid)));
 	name = quote_qualified_identifier(nsp, rel);
 	summary = quote_qualified_identifier(nsp, psprintf("%s_summary", rel));
-	if (get_relname_relid(psprintf("%s_summary", rel), get_rel_namespace(relid)) == InvalidOid)
+	/* Plain tables only, read without their inheritors and with row_security off (an error if
+	 * policies apply): reading a model runs no code of its owner's (views, policies, foreign
+	 * tables, casts), whoever owns it. */
+	if (get_rel_relkind(relid) != RELKIND_RELATION ||
+		get_rel_relkind(get_relname_relid(psprintf("%s_summary", rel), get_rel_namespace(relid))) != RELKIND_RELATION)
 		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
-						errmsg("%s is not a learnedidx model: it has no summary table %s", name, summary)));
+						errmsg("%s is not a learnedidx model: it is not a table with a summary table %s", name,
+							   summary)));
 	nest = NewGUCNestLevel();
 	(void) set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
 							 true, 0, false);
+	(void) set_config_option("row_security", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	d = model_value(psprintf("SELECT method, intercept FROM %s", summary), name, 1, &isnull);
+	/* (through jsonb: summaries written by hand, or by MADlib, have no grouping_columns) */
+	{
+		Oid			want[3] = {TEXTOID, BOOLOID, TEXTARRAYOID};
+
+		d = model_value(psprintf("SELECT s.method, s.intercept, ARRAY(SELECT pg_catalog.jsonb_array_elements_text(g.j) "
+								 "FROM (SELECT pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->) 'grouping_columns' AS j) "
+								 "AS g WHERE pg_catalog.jsonb_typeof(g.j) OPERATOR(pg_catalog.=) 'array') "
+								 "FROM ONLY %s AS s", summary), name, want, 3, &isnull);
+	}
 	if (isnull)
 		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE), errmsg("%s is not a learnedidx model", name)));
 	method = TextDatumGetCString(d);
+	keycols = DatumGetArrayTypePCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
 	old = MemoryContextSwitchTo(mcxt);
 	m = palloc0(sizeof(Model));
 	m->relid = relid;
 	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
 	m->intercept = !isnull && DatumGetBool(d);
-	m->kind = strcmp(method, "logregr") == 0 ? MODEL_LOGREGR : strcmp(method, "svm") == 0 ? MODEL_SVM :
+	m->kind = strcmp(method, "logregr") == 0 ? MODEL_LOGREGR :
+		strcmp(method, "svm") == 0 || strcmp(method, "SVC") == 0 ? MODEL_SVM :
 		strcmp(method, "lmf") == 0 ? MODEL_LMF : MODEL_SCORE;
 	MemoryContextSwitchTo(old);
-	if (m->kind == MODEL_LMF)
+	if (ArrayGetNItems(ARR_NDIM(keycols), ARR_DIMS(keycols)) > 0)
 	{
-		Datum		u = model_value(psprintf("SELECT u, v, row_ids, col_ids FROM %s", name), name, 1, &isnull);
+		if (m->kind == MODEL_LMF)
+			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s: lmf models have no groups", name)));
+		load_groups(m, name, keycols, mcxt);
+	}
+	else if (m->kind == MODEL_LMF)
+	{
+		Oid			want[4] = {FLOAT8ARRAYOID, FLOAT8ARRAYOID, INT8ARRAYOID, INT8ARRAYOID};
+		Datum		u = model_value(psprintf("SELECT u, v, row_ids, col_ids FROM ONLY %s", name), name, want, 4,
+									&isnull);
 		bool		n2,
 					n3,
 					n4;
@@ -1301,7 +1554,9 @@ load_model(Oid relid, MemoryContext mcxt)
 	{
 		const char *cols = m->kind == MODEL_SVM ? "coef, dep_var_mapping" : "coef";
 		double	   *coef;
-		Datum		c = model_value(psprintf("SELECT %s FROM %s", cols, name), name, 1, &isnull);
+		Oid			want[2] = {FLOAT8ARRAYOID, FLOAT8ARRAYOID};
+		Datum		c = model_value(psprintf("SELECT %s FROM ONLY %s", cols, name), name, want,
+									m->kind == MODEL_SVM ? 2 : 1, &isnull);
 
 		if (isnull)
 			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s has no coefficients", name)));
@@ -1341,6 +1596,84 @@ cached_model(FunctionCallInfo fcinfo)
 	return m;
 }
 
+/* The coefficients predict's group arguments (after model and features) pick: the model's own
+ * without grouping, the group's with it; NULL for a group the model has not trained. */
+static const double *
+call_coef(FunctionCallInfo fcinfo, Model *m)
+{
+	int			nargs = PG_NARGS() - 2;
+	Datum	   *key;
+	bool	   *null;
+	int			j,
+				lo,
+				hi;
+
+	if (m->nkeys == 0)
+	{
+		if (nargs > 0)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("model %s is one model, not one per group: call predict(model, features)",
+								   get_rel_name(m->relid))));
+		return m->coef;
+	}
+	if (nargs != m->nkeys)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("model %s has a model per group of (%s): predict(model, features, %s) picks one",
+							   get_rel_name(m->relid), m->keynames, m->keynames)));
+	if (get_fn_expr_variadic(fcinfo->flinfo))
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("give the group's values as arguments, not as one VARIADIC array")));
+	if (m->argtype == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		m->argout = palloc0(sizeof(FmgrInfo) * m->nkeys);
+		m->keyin = palloc0(sizeof(FmgrInfo) * m->nkeys);
+		m->keyioparam = palloc0(sizeof(Oid) * m->nkeys);
+		m->argtype = palloc(sizeof(Oid) * m->nkeys);
+		for (j = 0; j < m->nkeys; j++)
+		{
+			Oid			f;
+			bool		varlena;
+
+			m->argtype[j] = get_fn_expr_argtype(fcinfo->flinfo, 2 + j);
+			if (m->argtype[j] == m->keytype[j])
+				continue;
+			/* another type: its text form, read as the grouping column's type */
+			getTypeOutputInfo(m->argtype[j], &f, &varlena);
+			fmgr_info_cxt(f, &m->argout[j], fcinfo->flinfo->fn_mcxt);
+			getTypeInputInfo(m->keytype[j], &f, &m->keyioparam[j]);
+			fmgr_info_cxt(f, &m->keyin[j], fcinfo->flinfo->fn_mcxt);
+		}
+		MemoryContextSwitchTo(old);
+	}
+	key = palloc(sizeof(Datum) * m->nkeys);
+	null = palloc(sizeof(bool) * m->nkeys);
+	for (j = 0; j < m->nkeys; j++)
+	{
+		null[j] = PG_ARGISNULL(2 + j);
+		key[j] = null[j] ? (Datum) 0 : PG_GETARG_DATUM(2 + j);
+		if (!null[j] && m->argtype[j] != m->keytype[j])
+			key[j] = InputFunctionCall(&m->keyin[j], OutputFunctionCall(&m->argout[j], key[j]), m->keyioparam[j], -1);
+	}
+	lo = 0;
+	hi = m->ngroups - 1;
+	while (lo <= hi)
+	{
+		int			mid = lo + (hi - lo) / 2;
+		int			c = compare_keys(m, key, null, m->keys + (size_t) mid * m->nkeys,
+									 m->keynull + (size_t) mid * m->nkeys);
+
+		if (c == 0)
+			return m->trained[mid] ? m->coef + (size_t) mid * m->ncoef : NULL;
+		if (c > 0)
+			lo = mid + 1;
+		else
+			hi = mid - 1;
+	}
+	return NULL;
+}
+
 static int
 find_id(const int64 *ids, int n, double x)
 {
@@ -1365,9 +1698,9 @@ find_id(const int64 *ids, int n, double x)
 	return -1;
 }
 
-/* The score of `features` (NULL features or a NULL element: *isnull). */
+/* The score of `features` under coefficients `coef` (NULL features or a NULL element: *isnull). */
 static double
-model_score(Model *m, ArrayType *a, bool *isnull)
+model_score(Model *m, const double *coef, ArrayType *a, bool *isnull)
 {
 	int			n;
 	const double *x;
@@ -1406,14 +1739,14 @@ model_score(Model *m, ArrayType *a, bool *isnull)
 	if (n == m->ncoef)
 	{
 		for (i = 0; i < n; i++)
-			s += m->coef[i] * x[i];
+			s += coef[i] * x[i];
 		return s;
 	}
 	if (n == m->ncoef - 1 && m->intercept)
 	{
-		s = m->coef[0];
+		s = coef[0];
 		for (i = 0; i < n; i++)
-			s += m->coef[i + 1] * x[i];
+			s += coef[i + 1] * x[i];
 		return s;
 	}
 	ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -1423,12 +1756,14 @@ model_score(Model *m, ArrayType *a, bool *isnull)
 	return 0.0;
 }
 
-/* The score of predict's arguments (model, features): false when it is NULL (a NULL argument or
- * element).  `proba`: the model must be a logistic regression's. */
+/* The score of predict's arguments (model, features[, group...]): false when it is NULL (a NULL
+ * argument or element, a group the model has not trained).  `proba`: the model must be a
+ * logistic regression's. */
 static bool
 score_call(FunctionCallInfo fcinfo, bool proba, Model **mp, double *s)
 {
 	Model	   *m;
+	const double *coef;
 	bool		isnull;
 
 	if (PG_ARGISNULL(0))
@@ -1438,16 +1773,24 @@ score_call(FunctionCallInfo fcinfo, bool proba, Model **mp, double *s)
 		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
 						errmsg("predict_proba needs a logistic regression model; %s is not one",
 							   get_rel_name(m->relid))));
-	if (PG_ARGISNULL(1))
+	coef = m->kind == MODEL_LMF ? NULL : call_coef(fcinfo, m);
+	if (PG_ARGISNULL(1) || (coef == NULL && m->kind != MODEL_LMF))
 		return false;
-	*s = model_score(m, PG_GETARG_ARRAYTYPE_P(1), &isnull);
+	*s = model_score(m, coef, PG_GETARG_ARRAYTYPE_P(1), &isnull);
 	return !isnull;
+}
+
+/* P(y = 1) of score s, without overflow for any s. */
+static double
+sigmoid(double s)
+{
+	return s >= 0 ? 1.0 / (1.0 + exp(-s)) : exp(s) / (1.0 + exp(s));
 }
 
 PG_FUNCTION_INFO_V1(learnedidx_predict);
 
-/* learnedidx.predict(model regclass, features float8[]): the score (linregr and DSL models), the
- * class 0/1 (logregr), the label (svm) or u[row] . v[column] (lmf). */
+/* learnedidx.predict(model regclass, features float8[] [, group...]): the score (linregr and DSL
+ * models), the class 0/1 (logregr), the label (svm) or u[row] . v[column] (lmf). */
 Datum
 learnedidx_predict(PG_FUNCTION_ARGS)
 {
@@ -1466,8 +1809,8 @@ learnedidx_predict(PG_FUNCTION_ARGS)
 
 PG_FUNCTION_INFO_V1(learnedidx_predict_proba);
 
-/* learnedidx.predict_proba(model regclass, features float8[]): P(y = 1) of a logregr model,
- * computed without overflow for any score. */
+/* learnedidx.predict_proba(model regclass, features float8[] [, group...]): P(y = 1) of a
+ * logregr model. */
 Datum
 learnedidx_predict_proba(PG_FUNCTION_ARGS)
 {
@@ -1476,5 +1819,77 @@ learnedidx_predict_proba(PG_FUNCTION_ARGS)
 
 	if (!score_call(fcinfo, true, &m, &s))
 		PG_RETURN_NULL();
-	PG_RETURN_FLOAT8(s >= 0 ? 1.0 / (1.0 + exp(-s)) : exp(s) / (1.0 + exp(s)));
+	PG_RETURN_FLOAT8(sigmoid(s));
+}
+
+/* ------------------------------------------------------------------- MADlib's predict functions */
+
+/* coef . col_ind_var of MADlib's (coef float8[], col_ind_var float8[]) functions; false when the
+ * features hold a NULL (the result is NULL), an error for NULL coefficients or two lengths. */
+static bool
+coef_dot(FunctionCallInfo fcinfo, double *dot)
+{
+	ArrayType  *c = PG_GETARG_ARRAYTYPE_P(0);
+	ArrayType  *x = PG_GETARG_ARRAYTYPE_P(1);
+	int			n,
+				nx,
+				i;
+	const double *pc,
+			   *px;
+
+	if (ARR_NDIM(c) > 1 || ARR_NDIM(x) > 1)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("coef and col_ind_var must be one-dimensional arrays")));
+	if (array_contains_nulls(c))
+		ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("the coefficients contain NULL values")));
+	if (array_contains_nulls(x))
+		return false;
+	n = ArrayGetNItems(ARR_NDIM(c), ARR_DIMS(c));
+	nx = ArrayGetNItems(ARR_NDIM(x), ARR_DIMS(x));
+	if (n != nx)
+		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						errmsg("coef has %d values and col_ind_var %d: coefficients and independent variables "
+							   "must have the same length", n, nx)));
+	pc = (const double *) ARR_DATA_PTR(c);
+	px = (const double *) ARR_DATA_PTR(x);
+	*dot = 0.0;
+	for (i = 0; i < n; i++)
+		*dot += pc[i] * px[i];
+	return true;
+}
+
+PG_FUNCTION_INFO_V1(learnedidx_linregr_predict);
+
+Datum
+learnedidx_linregr_predict(PG_FUNCTION_ARGS)
+{
+	double		s;
+
+	if (!coef_dot(fcinfo, &s))
+		PG_RETURN_NULL();
+	PG_RETURN_FLOAT8(s);
+}
+
+PG_FUNCTION_INFO_V1(learnedidx_logregr_predict);
+
+Datum
+learnedidx_logregr_predict(PG_FUNCTION_ARGS)
+{
+	double		s;
+
+	if (!coef_dot(fcinfo, &s))
+		PG_RETURN_NULL();
+	PG_RETURN_BOOL(s > 0);
+}
+
+PG_FUNCTION_INFO_V1(learnedidx_logregr_predict_prob);
+
+Datum
+learnedidx_logregr_predict_prob(PG_FUNCTION_ARGS)
+{
+	double		s;
+
+	if (!coef_dot(fcinfo, &s))
+		PG_RETURN_NULL();
+	PG_RETURN_FLOAT8(sigmoid(s));
 }

@@ -9,7 +9,9 @@ b'v1'
 """
 from __future__ import annotations
 
-from learnedidx import errors
+from learnedidx import errors, jitcache
+
+jitcache.configure()  # before any kernel module is imported
 
 __version__ = "0.1.0"
 

@@ -10,7 +10,7 @@ import typer
 from learnedidx.bench.cli import app as bench_app
 from learnedidx.indb.cli import app as pg_app
 from learnedidx.server.cli import app as server_app
-from learnedidx.workloads.cli import trace_app, ycsb_app
+from learnedidx.workloads.cli import store_app, trace_app, ycsb_app
 
 app = typer.Typer(
     help="String-key learned-index KV store, in-database ML for PostgreSQL, and the accelerator server.",
@@ -22,6 +22,7 @@ app.add_typer(trace_app, name="trace")
 app.add_typer(bench_app, name="bench")
 app.add_typer(server_app, name="server")
 app.add_typer(pg_app, name="pg")
+app.add_typer(store_app, name="store")
 
 
 @app.command()

@@ -58,12 +58,26 @@ class ConfigError(LearnedIdxError, ValueError, kind="config", sqlstate="22023"):
     """An option or parameter had an invalid value."""
 
 
-class KeyTypeError(LearnedIdxError, TypeError, kind="key-type", sqlstate="42804"):
+class ArgumentTypeError(LearnedIdxError, TypeError, kind="argument-type", sqlstate="42804"):
+    """An argument of a call had the wrong type (a scan count of 1.5, a ``str`` where a
+    sequence of keys is expected)."""
+
+
+class ArgumentError(LearnedIdxError, ValueError, kind="argument", sqlstate="22023"):
+    """An argument of a call had a value out of range (a negative scan count, as many
+    values as keys expected)."""
+
+
+class KeyTypeError(ArgumentTypeError, kind="key-type", sqlstate="42804"):
     """A key or value had a type other than bytes-like (or str for keys)."""
 
 
-class KeyLengthError(LearnedIdxError, ValueError, kind="key-length", sqlstate="22023"):
+class KeyLengthError(ArgumentError, kind="key-length", sqlstate="22023"):
     """A key was empty or longer than the store's ``max_key_len``."""
+
+
+class RecordTooLargeError(ArgumentError, kind="record-too-large", sqlstate="54000"):
+    """A write too large for one record of the write-ahead log (see docs/store.md)."""
 
 
 class WorkloadError(LearnedIdxError, ValueError, kind="workload", sqlstate="22023"):
@@ -88,11 +102,28 @@ class StoreLockedError(LearnedIdxError, RuntimeError, kind="store-locked", sqlst
 
 
 class CorruptLogError(LearnedIdxError, kind="corrupt-log", sqlstate="XX001"):
-    """A write-ahead log or checkpoint could not be read."""
+    """A file of a store directory is damaged or missing (docs/store.md, Damaged files):
+    ``path`` names the file, ``offset`` the first damaged byte (None: the whole file)."""
+
+    def __init__(self, message: str, path: object = None, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+
+class StoreIOError(LearnedIdxError, OSError, kind="store-io", sqlstate="58030"):
+    """A store's file could not be created, written or synced (full disk, I/O error,
+    permissions, a path that is not a directory); ``errno`` is the system's."""
+
+
+class LogFailedError(StoreIOError, kind="log-failed", sqlstate="55000"):
+    """An earlier write or sync of the write-ahead log failed: the store acknowledges no
+    write until a checkpoint succeeds or the store is reopened (docs/store.md)."""
 
 
 class LogRecoveryWarning(RuntimeWarning):
-    """A torn log tail (an interrupted last write) was cut during recovery."""
+    """A torn log tail (an interrupted last write) was cut, or point-in-time recovery set
+    part of the history aside, while a store was opened."""
 
 
 # ------------------------------------------------------------------ the accelerator server
@@ -175,24 +206,21 @@ class NotSupportedError(InDBError, kind="not-supported", sqlstate="0A000"):
     """A MADlib option this engine does not implement."""
 
 
+class DSLRuntimeError(InDBError, kind="dsl-runtime", sqlstate="38000"):
+    """An algorithm's own code failed while training (SQLSTATE class 38: an error of a
+    user-defined routine), e.g. ``solve`` of a singular matrix in its ``update``."""
+
+
+class DSLDivisionByZeroError(DSLRuntimeError, ZeroDivisionError, kind="division-by-zero", sqlstate="22012"):
+    """An algorithm's own code divided by zero."""
+
+
+class DSLOverflowError(DSLRuntimeError, OverflowError, kind="numeric-overflow", sqlstate="22003"):
+    """An algorithm's own code computed a number out of range."""
+
+
 class CancelledError(InDBError, kind="cancelled", sqlstate="57014"):
     """The caller gave up (its statement was cancelled): training stopped between rounds."""
-
-
-class PermissionDeniedError(InDBError, kind="permission-denied", sqlstate="42501"):
-    """The caller may not read what it asked to train on."""
-
-
-class UndefinedTableError(InDBError, kind="undefined-table", sqlstate="42P01"):
-    """The training source does not exist."""
-
-
-class UndefinedColumnError(InDBError, kind="undefined-column", sqlstate="42703"):
-    """A named column does not exist in the training source."""
-
-
-class UnsupportedTypeError(InDBError, kind="unsupported-type", sqlstate="42804"):
-    """A column's type cannot be used as a label or feature."""
 
 
 class PagesUndecodableError(InDBError, kind="pages-undecodable", sqlstate="0A000"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import NativeValue, box, intrinsic, models, register_model, unbox
 
 _I8P = ir.IntType(8).as_pointer()
 
@@ -171,3 +171,100 @@ def pointer_to(dtype: types.Type):
         return types.CPointer(dtype)(addr), codegen
 
     return at
+
+
+@intrinsic
+def load_be64_at(typingctx, addr):
+    """The 8 bytes at raw address ``addr`` (any alignment; the caller guarantees they are
+    readable) as a big-endian uint64, so that unsigned order is byte order."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        word = builder.load(builder.inttoptr(args[0], i64.as_pointer()), align=1)
+        bswap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(i64, [i64]), "llvm.bswap.i64")
+        return builder.call(bswap, [word])
+
+    return types.uint64(addr), codegen
+
+
+@intrinsic
+def load_byte(typingctx, addr):
+    """The byte at raw address ``addr``, as an int64."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        b = builder.load(builder.inttoptr(args[0], ir.IntType(8).as_pointer()))
+        return builder.zext(b, ir.IntType(64))
+
+    return types.int64(addr), codegen
+
+
+@intrinsic
+def call_with_two(typingctx, fn, a, b):
+    """Call the C function ``void *fn(void *a, intptr_t b)`` at raw address ``fn`` and return
+    its result as an integer (an argument, not a constant, for the same reason as
+    :func:`call_with_address`)."""
+    if not all(isinstance(x, types.Integer) for x in (fn, a, b)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        fnty = ir.FunctionType(_I8P, [_I8P, i64])
+        res = builder.call(builder.inttoptr(args[0], fnty.as_pointer()),
+                           [builder.inttoptr(args[1], _I8P), context.cast(builder, args[2], signature.args[2], types.int64)])
+        return builder.ptrtoint(res, i64)
+
+    return types.int64(fn, a, b), codegen
+
+
+class PyRef(types.Opaque):
+    """A Python object as a kernel argument or result, carried as its address.
+
+    As an argument it is borrowed (the caller's reference keeps it alive for the call); as a
+    result the kernel hands over a new reference (see :func:`as_ref`).  Reference counts
+    change only in kernels that hold the GIL."""
+
+    def __init__(self) -> None:
+        super().__init__(name="PyRef")
+
+
+pyref = PyRef()
+register_model(PyRef)(models.OpaqueModel)
+
+
+@unbox(PyRef)
+def _unbox_pyref(typ, obj, c):
+    return NativeValue(c.builder.bitcast(obj, _I8P))
+
+
+@box(PyRef)
+def _box_pyref(typ, val, c):
+    return c.builder.bitcast(val, c.pyapi.pyobj)
+
+
+@intrinsic
+def address_of(typingctx, ref):
+    """The address of a :data:`pyref` argument."""
+    if not isinstance(ref, PyRef):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.ptrtoint(args[0], ir.IntType(64))
+
+    return types.int64(ref), codegen
+
+
+@intrinsic
+def as_ref(typingctx, addr):
+    """The object at ``addr`` as a :data:`pyref` result.  A result hands a reference to the
+    caller: the kernel must have taken one for it (``Py_IncRef``, with the GIL held)."""
+    if not isinstance(addr, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], _I8P)
+
+    return pyref(addr), codegen

@@ -3,12 +3,15 @@ for the search kernels."""
 from __future__ import annotations
 
 import itertools
+import numbers
+import operator
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from learnedidx.errors import KeyLengthError, KeyTypeError
+from learnedidx.errors import ArgumentError, ArgumentTypeError, KeyLengthError, KeyTypeError
 from learnedidx.index import pyobjects as P
 
 
@@ -37,13 +40,23 @@ class KeyBatch:
         return [ab[ol[i]:ol[i + 1]] for i in range(len(ol) - 1)]
 
 
+#: One key or value, where a sequence of them is expected, is refused: iterating it would
+#: silently write its characters (or byte values) one by one.
+_SCALARS = (str, bytes, bytearray, memoryview)
+
+#: Counts above this are the same as "every key": capped so that arithmetic on them
+#: (``2 * count + 16``, slice bounds) stays within a C ``ssize_t``.
+MAX_COUNT = sys.maxsize // 4
+
+
 def check_key(key: Any, max_len: int) -> bytes:
-    """``key`` as ``bytes`` (``str`` encoded UTF-8), 1..``max_len`` bytes long."""
-    if isinstance(key, bytes):
+    """``key`` as exact ``bytes`` (``str`` encoded UTF-8, subclasses of ``bytes`` such as
+    ``numpy.bytes_`` converted), 1..``max_len`` bytes long."""
+    if type(key) is bytes:
         k = key
     elif isinstance(key, str):
         k = key.encode("utf-8")
-    elif isinstance(key, (bytearray, memoryview)):
+    elif isinstance(key, (bytes, bytearray, memoryview)):
         k = bytes(key)
     else:
         raise KeyTypeError(f"keys must be bytes or str, not {type(key).__name__}")
@@ -53,34 +66,60 @@ def check_key(key: Any, max_len: int) -> bytes:
 
 
 def check_value(value: Any) -> bytes:
-    """``value`` as ``bytes``."""
-    if isinstance(value, bytes):
+    """``value`` as exact ``bytes``."""
+    if type(value) is bytes:
         return value
-    if isinstance(value, (bytearray, memoryview)):
+    if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     raise KeyTypeError(f"values must be bytes, not {type(value).__name__}")
 
 
-def check_values(values: Sequence[Any]) -> list[bytes]:
+def check_values(values: Any) -> list[bytes]:
     """``values`` as a list of ``bytes`` (the list itself when it already is one)."""
     if isinstance(values, list) and set(map(type, values)) <= {bytes}:
         return values
-    return [check_value(v) for v in values]
+    return [check_value(v) for v in sequence(values, "values")]
+
+
+def check_same_length(nkeys: int, nvalues: int) -> None:
+    """A batch has one value per key."""
+    if nkeys != nvalues:
+        raise ArgumentError(f"{nkeys} keys but {nvalues} values")
 
 
 def check_count(count: Any) -> int:
-    """A scan's ``count``: an int >= 0."""
-    if not isinstance(count, int) or isinstance(count, bool):
-        raise TypeError(f"count must be an int, not {type(count).__name__}")
-    if count < 0:
-        raise ValueError("count must be >= 0")
-    return count
+    """A scan's ``count``: an integer >= 0 (numpy integers too; not bool); counts past
+    :data:`MAX_COUNT` mean every key and are capped to it."""
+    if isinstance(count, bool) or not isinstance(count, numbers.Integral):
+        raise ArgumentTypeError(f"count must be an int, not {type(count).__name__}")
+    c = operator.index(count)
+    if c < 0:
+        raise ArgumentError(f"count must be >= 0, not {c}")
+    return min(c, MAX_COUNT)
+
+
+def check_counts(count: Any, n: int) -> list[int]:
+    """:func:`check_count` of one count for ``n`` scans, or of one count per scan."""
+    if isinstance(count, numbers.Integral):
+        return [check_count(count)] * n
+    counts = [check_count(c) for c in sequence(count, "counts")]
+    if len(counts) != n:
+        raise ArgumentError(f"{n} start keys but {len(counts)} counts")
+    return counts
+
+
+def sequence(items: Any, what: str) -> Any:
+    """``items`` if it is a sequence of items (not one str/bytes-like item, which would be
+    iterated character by character)."""
+    if isinstance(items, _SCALARS) or not hasattr(items, "__iter__"):
+        raise ArgumentTypeError(f"{what} must be a sequence, not {type(items).__name__}")
+    return items
 
 
 def _listed(keys: Any) -> list:
     if isinstance(keys, np.ndarray) and keys.dtype.kind == "S":
         return keys.tolist()  # numpy 'S' items lose trailing NUL bytes
-    return keys if isinstance(keys, list) else list(keys)
+    return keys if isinstance(keys, list) else list(sequence(keys, "keys"))
 
 
 def key_list(keys: Any, max_len: int) -> list[bytes]:

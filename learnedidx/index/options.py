@@ -11,6 +11,7 @@ from learnedidx.index.training import TrainingBackend
 
 SYNC_POLICIES = ("always", "batch", "off")
 RETRAIN_MODES = ("background", "inline", "off")
+RECOVERY_MODES = ("strict", "point-in-time")
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class StoreOptions:
 
     sync: str = "always"  #: WAL sync policy: always, batch or off
     sync_interval: float = 0.005  #: seconds between group commits with sync="batch"
-    max_key_len: int = 4096  #: longest key in bytes
+    max_key_len: int = 4096  #: longest key in bytes (a durable store keeps the largest it was opened with)
     group_size: int = 2048  #: target keys per group
     max_features: int = 32  #: cap on a group model's feature length
     buffer_threshold: int = 256  #: buffered writes of a group that call for a merge
@@ -31,15 +32,19 @@ class StoreOptions:
     trainer_retry: float = 30.0  #: seconds before a failed trainer is tried again
     checkpoint_bytes: int = 64 << 20  #: log size past which a checkpoint is taken
     full_retrain_fraction: float = 0.1  #: deletes (fraction of a group) forcing a full retrain
+    max_backlog: int = 1 << 20  #: keys written but not yet in a retrained model, past which writers wait
+    recovery: str = "strict"  #: on damage inside the log: refuse to open, or go back to the last good point
 
     def __post_init__(self) -> None:
         _choice("sync", self.sync, SYNC_POLICIES)
         _choice("retrain", self.retrain, RETRAIN_MODES)
+        _choice("recovery", self.recovery, RECOVERY_MODES)
         _int("max_key_len", self.max_key_len, 1)
         _int("group_size", self.group_size, 16)
         _int("max_features", self.max_features, 1, 255)
         _int("buffer_threshold", self.buffer_threshold, 1)
         _int("checkpoint_bytes", self.checkpoint_bytes, 0)
+        _int("max_backlog", self.max_backlog, 1)
         _number("sync_interval", self.sync_interval, positive=True)
         _number("retrain_interval", self.retrain_interval, positive=True)
         _number("trainer_retry", self.trainer_retry)

@@ -105,6 +105,21 @@ def _c_function(name: str) -> int:
 
 _INCREF = _c_function("Py_IncRef")
 _DECREF = _c_function("Py_DecRef")
+#: ``PyBytes_FromStringAndSize``: kernels make the keys of scan results with it (``bytes``
+#: objects are not tracked by the cyclic collector, so making one runs no Python code).
+BYTES_NEW = _c_function("PyBytes_FromStringAndSize")
+INCREF, DECREF = _INCREF, _DECREF
+
+
+@njit(cache=True, nogil=True)
+def replace_item(items, i, obj, incref, decref) -> None:
+    """Put the object at ``obj`` in slot ``i`` of a list's item array (at ``items``), taking
+    a reference to it and releasing the one to what the slot held (GIL held; releasing a
+    ``bytes`` object or None runs no Python code)."""
+    old = load_word(items + 8 * i)
+    call_with_address(incref, obj)
+    store_word(items + 8 * i, obj)
+    call_with_address(decref, old)
 
 
 @njit(cache=True)  # holds the GIL: it changes reference counts

@@ -1,48 +1,44 @@
-"""Who trains, and when: the training backend with its failover to in-process training, the
-one rule deciding that buffered writes need merging, and the background merge thread."""
+"""Who trains, when, and where: the training backend with its failover, one group's
+retraining as a job, and the queue of groups due for it (with the background thread and
+the backlog that writers wait on).
+
+Folding a group's insert buffer into its merged keys (:meth:`LiveIndex.fold`) keeps its
+model and recomputes exact error bounds, so lookups stay exact whatever the model; a
+*retrain* refits the model to the group's keys so that its error window is small again.
+A retrain is a :class:`Job`: its inputs are taken under the store's writer lock (the key
+arrays, which never change, the memo and the keys written since it), the model is fitted
+without the lock (SIA incremental QR on the memoized R plus the new keys' rows, or a full
+QR; Numba releases the GIL, the server and the emulated FPGA train in their own process or
+thread), and the result is published under the lock with exact error bounds over the
+group's keys *at that moment*: a model fitted to slightly older keys is still exact.
+"""
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from typing import Callable
-
+from dataclasses import dataclass
 import numpy as np
 
 from learnedidx.errors import ConfigError, is_offload_failure
+from learnedidx.index import foldin as FI
+from learnedidx.index import kernels as K
+from learnedidx.index import layout as L
 from learnedidx.index.fitting import Fits, fit_groups
+from learnedidx.index.live import Group, LiveIndex, Memo
 from learnedidx.index.options import StoreOptions
 from learnedidx.index.qr import CpuBackend
-from learnedidx.index.snapshot import Snapshot
 from learnedidx.index.training import TrainingBackend, feature_limit, get_backend
 
 log = logging.getLogger(__name__)
-
-#: Every group with buffered writes is merged once the whole buffer holds this many times
-#: ``buffer_threshold`` writes, however they spread over the groups.
-BUFFER_LIMIT = 64
-
-
-def merge_needed(st: Snapshot, threshold: int) -> bool:
-    """Whether the buffered writes of ``st`` call for a merge: a group reached
-    ``threshold``, or the buffer reached ``BUFFER_LIMIT × threshold``."""
-    return bool(st.buf) and (max(st.counts) >= threshold or len(st.buf) >= BUFFER_LIMIT * threshold)
-
-
-def groups_to_merge(st: Snapshot, threshold: int) -> set[int]:
-    """The groups a merge folds in (non-empty exactly when :func:`merge_needed`)."""
-    dirty = {g for g, c in enumerate(st.counts) if c >= threshold}
-    if not dirty and len(st.buf) >= BUFFER_LIMIT * threshold:
-        dirty = {g for g, c in enumerate(st.counts) if c > 0}
-    return dirty
 
 
 class Retrainer:
     """Trains group models on the store's trainer.  When an offloading trainer fails (the
     accelerator server died, say: :func:`~learnedidx.errors.is_offload_failure`), groups
     are trained in-process with ``cpu`` and the trainer is tried again every
-    ``trainer_retry`` seconds; any other error (a wrong request or configuration) is raised.
-    Called by one merge at a time (the store's merge lock)."""
+    ``trainer_retry`` seconds; any other error (a wrong request or configuration) is raised."""
 
     def __init__(self, opts: StoreOptions) -> None:
         try:
@@ -59,6 +55,7 @@ class Retrainer:
         self.retry = opts.trainer_retry
         self.failed = False
         self._failed_at = 0.0
+        self._lock = threading.Lock()  # the counters below, updated by several threads
         self.stats = {"retrains_full": 0, "retrains_incremental": 0, "train_seconds": 0.0, "device_cycles": 0}
 
     @property
@@ -68,6 +65,13 @@ class Retrainer:
     def _retrying(self) -> bool:
         """Whether the failed trainer is due to be tried again."""
         return self.failed and time.monotonic() - self._failed_at >= self.retry
+
+    def _count(self, full: int, incremental: int, seconds: float, cycles: int = 0) -> None:
+        with self._lock:
+            self.stats["retrains_full"] += full
+            self.stats["retrains_incremental"] += incremental
+            self.stats["train_seconds"] += seconds
+            self.stats["device_cycles"] += cycles
 
     def train_all(self, arena: np.ndarray, offsets: np.ndarray, bounds: np.ndarray) -> Fits | None:
         """Every group between consecutive ``bounds`` of the sorted keys trained from
@@ -79,8 +83,7 @@ class Retrainer:
             return None
         t0 = time.perf_counter()
         fits = fit_groups(arena, offsets, bounds, self.max_features)
-        self.stats["train_seconds"] += time.perf_counter() - t0
-        self.stats["retrains_full"] += int(np.count_nonzero(np.diff(bounds) > 1))
+        self._count(int(np.count_nonzero(np.diff(bounds) > 1)), 0, time.perf_counter() - t0)
         return fits
 
     def train(self, A: np.ndarray, b: np.ndarray, R_old: np.ndarray | None,
@@ -107,31 +110,196 @@ class Retrainer:
         if not np.all(np.isfinite(coef)):  # never trust a device blindly: retrain on the host
             res = self.cpu.train_full(A, b)
             coef = res.coef
-        self.stats["train_seconds"] += res.seconds
-        self.stats["device_cycles"] += int(res.device_cycles)
-        self.stats["retrains_full" if R_old is None else "retrains_incremental"] += 1
+        self._count(R_old is None, R_old is not None, res.seconds, int(res.device_cycles))
         return np.asarray(res.R, np.float64), coef
 
 
-class BackgroundLoop:
-    """A daemon thread running ``round()`` every ``interval`` seconds until :meth:`stop`;
-    a round that raises is logged and the next one retries."""
+# ------------------------------------------------------------------ one group's retrain
+@dataclass(eq=False)
+class Job:
+    """What a group's retrain reads, taken under the writer lock."""
 
-    def __init__(self, interval: float, round: Callable[[], None]) -> None:
-        self._interval = interval
-        self._round = round
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="learnedidx-retrainer", daemon=True)
-        self._thread.start()
+    g: int
+    grp: Group
+    offs: np.ndarray
+    kbytes: np.ndarray
+    n: int
+    memo: Memo | None
+    deletes: int  #: the memo's lazy deletes then
+    pending: list  #: the batches of keys written since the memo
+    untrained: int
+
+
+@dataclass(eq=False)
+class Fit:
+    coef: np.ndarray
+    prefix: int
+    feat: int
+    R: np.ndarray | None
+    incremental: bool
+
+
+def take_job(live: LiveIndex, g: int) -> Job | None:
+    """The inputs of group ``g``'s retrain (writer lock held); None if it is gone."""
+    grp = live.groups[g] if g < len(live.groups) else None
+    if grp is None:
+        return None
+    memo = grp.memo
+    return Job(g, grp, grp.offs, grp.kbytes, int(live.tab[g, L.T_N]), memo, memo.deletes if memo else 0,
+               list(grp.pending), grp.untrained)
+
+
+def fit(job: Job, retrainer: Retrainer, opts: StoreOptions) -> Fit:
+    """The group's new model (no lock needed: key arrays never change)."""
+    n, offs, kb = job.n, job.offs, job.kbytes
+    if n <= 1:
+        return Fit(np.zeros(1), 0, 0, None, False)
+    prefix = int(FI.key_prefix(offs, kb, n))
+    feat = int(min(opts.max_features, K.max_key_len(offs, 0, n) - prefix))
+    A = K.build_features(kb, offs, 0, n, prefix, feat)
+    b = np.arange(n, dtype=np.float64)
+    memo = job.memo
+    incremental = (memo is not None and memo.prefix == prefix and memo.feat == feat
+                   and job.deletes <= opts.full_retrain_fraction * n)
+    if incremental:
+        parts = [K.build_features(kb.arena, kb.offsets, 0, len(kb), prefix, feat) for kb in job.pending]
+        A_delta = np.concatenate(parts) if parts else np.zeros((0, feat + 1))
+        R, coef = retrainer.train(A, b, memo.R, A_delta)
+    else:
+        R, coef = retrainer.train(A, b, None, None)
+    return Fit(np.asarray(coef[:feat + 1], np.float64), prefix, feat, R, incremental)
+
+
+def publish(live: LiveIndex, job: Job, f: Fit) -> bool:
+    """Install a retrained model (writer lock held); False if the group was replaced (split)
+    meanwhile, when the job's result no longer fits it."""
+    grp = live.groups[job.g] if job.g < len(live.groups) else None
+    if grp is not job.grp:
+        return False
+    live.publish_model(job.g, f.coef, f.prefix, f.feat)
+    if grp.memo is job.memo:  # else another retrain published since: its memo stays
+        later = grp.memo.deletes - job.deletes if grp.memo is not None else 0  # deleted while it trained
+        grp.memo = Memo(f.R, f.prefix, f.feat, (job.deletes if f.incremental else 0) + later) if f.R is not None else None
+        del grp.pending[:len(job.pending)]
+    grp.untrained -= job.untrained
+    return True
+
+
+# ------------------------------------------------------------------ groups due for retraining
+class RetrainQueue:
+    """The groups due for a retrain and who trains them: the writer at once (``inline``),
+    a background thread (``background``), or nobody until :meth:`drain` (``off``).
+
+    The *backlog* is the number of keys written since their group's model was trained.
+    Past ``max_backlog`` (background mode), writers wait for the background thread to
+    bring it back under half of that (a stall, counted in :attr:`stats`), as a database
+    stalls writes when compaction falls behind."""
+
+    def __init__(self, live: LiveIndex, lock: threading.Lock, retrainer: Retrainer, opts: StoreOptions) -> None:
+        self.live = live
+        self.lock = lock  # the store's writer lock
+        self.retrainer = retrainer
+        self.opts = opts
+        self.mode = opts.retrain
+        self.limit = opts.max_backlog
+        self.due: dict[int, None] = {}  # insertion-ordered set of group ids
+        self.backlog = 0
+        self._cv = threading.Condition(threading.Lock())  # due, backlog and waiters
+        self._training = threading.Lock()  # one retrain at a time per store
+        self._stop = False
+        self.stats = {"stalls": 0, "stall_seconds": 0.0}
+        self._thread: threading.Thread | None = None
+        if self.mode == "background":
+            self._thread = threading.Thread(target=self._run, name="learnedidx-retrainer", daemon=True)
+            self._thread.start()
+
+    def add(self, gids: list[int], written: int) -> None:
+        """Groups whose keys changed by ``written`` keys (writer lock held)."""
+        with self._cv:
+            for g in gids:
+                self.due[g] = None
+            self.backlog += written
+            self._cv.notify_all()
+
+    def after_fold(self) -> None:
+        """Called by a writer after a fold-in, with the writer lock held: an inline store
+        retrains now."""
+        if self.mode == "inline":
+            self._train_due(locked=True)
+
+    def must_wait(self) -> bool:
+        return self.mode == "background" and self.backlog > self.limit
+
+    def wait(self) -> None:
+        """Stall a writer (writer lock not held) until the backlog is under half the limit."""
+        t0 = time.perf_counter()
+        with self._cv:
+            while self.backlog > self.limit // 2 and not self._stop and self.due:
+                self._cv.wait(0.1)
+        self.stats["stalls"] += 1
+        self.stats["stall_seconds"] += time.perf_counter() - t0
+
+    def _pop(self) -> int | None:
+        with self._cv:
+            if not self.due:
+                return None
+            g = next(iter(self.due))
+            del self.due[g]
+            return g
+
+    def _train_one(self, g: int, locked: bool) -> None:
+        if locked:
+            job = take_job(self.live, g)
+        else:
+            with self.lock:
+                job = take_job(self.live, g)
+        if job is None:
+            return
+        f = fit(job, self.retrainer, self.opts)
+        if locked:
+            done = publish(self.live, job, f)
+        else:
+            with self.lock:
+                done = publish(self.live, job, f)
+        if done:  # else the group was split meanwhile: its pieces are due and hold its backlog
+            with self._cv:
+                self.backlog -= job.untrained
+                self._cv.notify_all()
+
+    def _train_due(self, locked: bool) -> None:
+        """Train every due group; ``locked``: the caller holds the writer lock (which then
+        serializes retrains: taking ``_training`` after it would invert the lock order of
+        the unlocked retrains, which take it before)."""
+        with contextlib.nullcontext() if locked else self._training:
+            while (g := self._pop()) is not None:
+                try:
+                    self._train_one(g, locked)
+                except BaseException:
+                    with self._cv:  # not trained: still due
+                        self.due[g] = None
+                    raise
+
+    def drain(self, locked: bool = False) -> None:
+        """Retrain every due group now, in the calling thread."""
+        self._train_due(locked)
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
+        while True:
+            with self._cv:
+                while not self.due and not self._stop:
+                    self._cv.wait()
+                if self._stop:
+                    return
             try:
-                self._round()
-            except Exception:  # keep serving; the next round retries
-                log.exception("background merge failed")
+                self._train_due(locked=False)
+            except Exception:  # keep serving; the group stays due and the next round retries
+                log.exception("background retrain failed")
+                time.sleep(self.opts.retrain_interval)
 
-    def stop(self, wait: bool = True) -> None:
-        self._stop.set()
-        if wait and self._thread is not threading.current_thread():
+    def close(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
+

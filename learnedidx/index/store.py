@@ -1,34 +1,32 @@
 """The Store: a string-key learned index (SIndex groups, SIA retraining) with a KV API.
 
-This module is the API: it checks input, takes the locks, logs writes and delegates.
-Merged keys live in one sorted arena cut into groups, each with a linear model over the
-bytes after its common prefix; a lookup runs in Numba (root search → model prediction →
-search of the error window), and writes go to a delta buffer, visible at once, which
-merges fold into new arrays.  The pieces:
+This module is the API: it checks input, takes the writer lock, logs writes and hands the
+work to compiled operations.  The pieces:
 
 =====================  ==============================================================
 ``options``            :class:`StoreOptions`, every option validated once
-``keys``               key and value checks, :class:`KeyBatch` for the search kernels
-``snapshot``           what readers see: frozen merged arrays, the mutable delta buffer
-``grouping``           cutting, merging and building groups (pure functions)
-``retrainer``          training with failover, when to merge, the background thread
+``keys``               key and value checks, :class:`KeyBatch`
+``layout``, ``ops``    the index in memory, and the compiled operations on it
+``live``               groups, fold-ins and splits, pinned views
+``grouping``           building the groups of a sorted key set (bulk loads, recovery)
+``retrainer``          training with failover, the groups due for a retrain
 ``durability``         the write-ahead log and checkpoints
 =====================  ==============================================================
 
 Thread safety
 -------------
-Any number of reader threads and writer threads may share a Store.  Writers are
-serialized by the writer lock; merges by the merge lock (taken before the writer lock).
-Reads take no lock: they read the snapshot current when they started (see
-:mod:`learnedidx.index.snapshot`), so a read sees every write acknowledged before it
-began.  A merge freezes the buffer and builds the new snapshot outside the writer lock,
-then swaps it in under it; a checkpoint merges everything under both locks.
+Any number of reader and writer threads may share a Store.  Every read and write of the
+index is one compiled call holding the GIL (:mod:`learnedidx.index.ops`), so each answers
+from, and leaves, one consistent state; readers take no lock.  Writers are serialized by
+the writer lock, which covers logging and applying a write.  Iterators (``items()``,
+``range()``, iteration) read a *pinned view*: the index as it was when they started, which
+writers leave alone (they copy a group before changing what a view still reads of it).
+Retraining takes the writer lock only to take its inputs and to publish its result.
 """
 from __future__ import annotations
 
 import contextlib
-import itertools
-import operator
+import gc
 import os
 import threading
 import time
@@ -36,17 +34,34 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from learnedidx.errors import ConfigError, StoreClosedError
+from learnedidx.errors import ConfigError, LearnedIdxError, StoreClosedError
+from learnedidx.index import foldin as FI
 from learnedidx.index import grouping
-from learnedidx.index import kernels as K
 from learnedidx.index import keys as KS
+from learnedidx.index import layout as L
+from learnedidx.index import ops as O
 from learnedidx.index.durability import OP_PUT, Durability
 from learnedidx.index.keys import KeyBatch
+from learnedidx.index.live import MISSING, LiveIndex
 from learnedidx.index.options import StoreOptions
-from learnedidx.index.retrainer import BackgroundLoop, Retrainer, groups_to_merge, merge_needed
-from learnedidx.index.snapshot import MISSING, TOMB, Snapshot
+from learnedidx.index.retrainer import Retrainer, RetrainQueue
 
 __all__ = ["Store", "StoreOptions", "KeyBatch"]
+
+_CHUNK = 1024  # pairs an iterator reads from its view per call
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """No cyclic collection (which may run finalizers, and so any code) in the middle of a
+    structural change of the index."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 class Store:
@@ -62,22 +77,32 @@ class Store:
         if options is not None and (kwargs or not isinstance(options, StoreOptions)):
             raise ConfigError("pass a StoreOptions or keyword options, not both")
         self.options = opts = options if options is not None else StoreOptions.of(kwargs)
-        self._max_len = opts.max_key_len  # read by put's fast path
-        self._inline = opts.retrain == "inline"  # read after every write
+        self._max_len = opts.max_key_len
         self._retrainer = Retrainer(opts)
-        self._wlock = threading.RLock()  # serializes writers
-        self._mlock = threading.RLock()  # serializes merges (checkpoints run inside merges)
+        self._wlock = threading.Lock()  # serializes writers
+        self._ckpt_lock = threading.Lock()  # one checkpoint at a time
         self._closed = False
-        self._inplace: list[bytes] | None = None  # keys updated in place while a merge builds
+        self._size = 0
         self._stats = {"merges": 0, "splits": 0, "merge_seconds": 0.0}
-        self._st = Snapshot.empty(opts.max_features, opts.max_key_len)
+        # The live index and its descriptor live as long as the store (a reader may hold
+        # the descriptor's address while another thread closes the store).
+        self._live = LiveIndex.empty(opts, self._max_len)
+        self._addr = self._live.addr
+        E = O.entry_points()
+        self._get, self._upsert, self._delete = E["get"], E["upsert"], E["delete"]
+        self._get_many, self._apply_many, self._scan, self._scan_many, self._check_batch = (
+            E["get_many"], E["apply_many"], E["scan"], E["scan_many"], E["check_batch"])
+        self._counts = np.zeros(2, np.int64)  # apply_many's out-parameters (writer lock)
+        self._queue = RetrainQueue(self._live, self._wlock, self._retrainer, opts)
         self._dur: Durability | None = None
-        self._loop: BackgroundLoop | None = None
         if path is not None:
-            self._dur = Durability(path, sync=opts.sync, sync_interval=opts.sync_interval)
-            self._recover(self._dur)
-        if opts.retrain == "background":
-            self._loop = BackgroundLoop(opts.retrain_interval, self._background_round)
+            try:
+                self._dur = Durability(path, opts.sync, opts.sync_interval, opts.max_key_len, opts.recovery)
+                with self._dur.released_on_error():  # a failed open holds nothing: a retry can open
+                    self._recover(self._dur)
+            except BaseException:
+                self._queue.close()
+                raise
 
     def _check_open(self) -> None:
         if self._closed:
@@ -89,22 +114,21 @@ class Store:
     # ------------------------------------------------------------------ reads
     def get(self, key: Any, default: Any = None) -> Any:
         """The value stored under ``key``, or ``default``."""
-        # The hottest path of the API, kept to a few bytecodes: the kernel checks the key's
-        # length, and the delta buffer is looked at only when it holds something.
-        if self._closed:
-            raise StoreClosedError("the store is closed")
-        if type(key) is not bytes:
-            return self.get(self._key(key), default)
-        st = self._st
-        v = st.buf.get(key, MISSING) if st.buf else MISSING
-        if v is MISSING:
-            i = st.find_kernel(st.ref, key)
-            if i >= 0:
-                return st.values[i]
-            if i == -1:
-                return default
-            self._key(key)  # -2: raises the length error
-        return default if v is TOMB else v
+        # The hottest path of the API: one compiled call, which answers MISSING for an
+        # absent key and for anything that is not exactly bytes of a valid length.
+        v = self._get(self._addr, key)
+        if v is not MISSING:
+            return v
+        return self._absent(key, default)
+
+    def _absent(self, key: Any, default: Any) -> Any:
+        self._check_open()
+        k = self._key(key)  # raises for a bad key
+        if k is not key:  # str, bytearray, a bytes subclass: ask again with exact bytes
+            v = self._get(self._addr, k)
+            if v is not MISSING:
+                return v
+        return default
 
     def __getitem__(self, key: Any) -> bytes:
         v = self.get(key, MISSING)
@@ -117,117 +141,224 @@ class Store:
 
     def __len__(self) -> int:
         self._check_open()
-        return self._st.size
+        return self._size
+
+    def _key_list(self, keys: Any) -> list:
+        return keys if type(keys) is list else KS.key_list(keys, self._max_len)
 
     def get_many(self, keys: Any) -> list:
-        """Values of many keys (None where absent); the index search runs in one Numba call.
+        """Values of many keys (None where absent), in one compiled call.
 
         ``keys``: a sequence of bytes/str, a numpy object or ``S`` array (trailing NUL bytes
-        of ``S`` items are dropped by numpy), or a :class:`KeyBatch` for exact bytes.
-        """
+        of ``S`` items are dropped by numpy), or a :class:`KeyBatch` for exact bytes."""
         self._check_open()
-        st = self._st
-        batch, klist = KS.as_batch(keys, self._max_len)
-        idx = st.search(batch, True)
-        if st.buf and klist is None:
-            klist = batch.keys()
-        return st.values_at(idx.tolist(), klist)
+        klist = self._key_list(keys)
+        out = [None] * len(klist)
+        if self._get_many(self._addr, id(klist), id(out)) >= 0:
+            klist = KS.key_list(klist, self._max_len)  # converts, or raises for the bad key
+            if self._get_many(self._addr, id(klist), id(out)) >= 0:
+                raise LearnedIdxError("a checked key was refused")
+        return out
 
     def scan(self, start_key: Any, count: int) -> list[tuple[bytes, bytes]]:
         """Up to ``count`` (key, value) pairs with key >= ``start_key``, in key order."""
         self._check_open()
-        count = KS.check_count(count)
-        st = self._st
-        k = self._key(start_key)
-        return st.scan_at(k, int(st.seek(k)) if count else 0, count)
+        KS.check_count(count)
+        while True:
+            # Room for at most every key, read before the call: a store that grew meanwhile
+            # may fill it, and is then asked again with more room.
+            room = min(count, self._size + 64)
+            ks, vs = [None] * room, [None] * room
+            n = self._scan(self._addr, start_key, room, id(ks), id(vs), False, MISSING)
+            if n == -2:
+                start_key = self._exact_key(start_key)
+                continue
+            if n == -1:
+                raise MemoryError("out of memory making scan results")
+            if n < room or room == count:
+                break
+        if n < room:
+            del ks[n:], vs[n:]
+        return list(zip(ks, vs))
 
     def scan_many(self, start_keys: Any, count: int | Sequence[int]) -> list[list[tuple[bytes, bytes]]]:
-        """:meth:`scan` for many start keys, the seeks in one Numba call; ``count`` is one
-        count for all, or one per start key."""
+        """:meth:`scan` for many start keys in one compiled call; ``count`` is one count
+        for all, or one per start key."""
         self._check_open()
-        st = self._st
-        batch, klist = KS.as_batch(start_keys, self._max_len)
-        counts = ([KS.check_count(count)] * len(batch) if isinstance(count, int)
-                  else [KS.check_count(c) for c in count])
-        if len(counts) != len(batch):
-            raise ValueError(f"{len(batch)} start keys but {len(counts)} counts")
-        pos = st.search(batch, False).tolist()
-        if klist is None:
-            klist = batch.keys()
-        return list(map(st.scan_at, klist, pos, counts))
+        klist = self._key_list(start_keys)
+        counts = KS.check_counts(count, len(klist))
+        while True:
+            # Room for at most every key, read before the call: a store that grew meanwhile
+            # may have filled some scan, which is then asked again with more room.
+            room = self._size + 64
+            caps = np.minimum(np.array(counts, np.int64), room)
+            total = int(caps.sum())
+            ks, vs = [None] * total, [None] * total
+            got = np.zeros(len(klist), np.int64)
+            bad = self._scan_many(self._addr, id(klist), caps, id(ks), id(vs), got)
+            if bad == -2:
+                raise MemoryError("out of memory making scan results")
+            if bad >= 0:
+                klist = KS.key_list(klist, self._max_len)
+                continue
+            if not np.any((got == caps) & (caps < np.array(counts, np.int64))):
+                break
+        out = []
+        at = 0
+        for c, g in zip(caps.tolist(), got.tolist()):
+            out.append(list(zip(ks[at:at + g], vs[at:at + g])))
+            at += c
+        return out
+
+    def _pinned(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs from ``lo`` to before ``hi``, as the index was at the first
+        ``next()``: a pinned view, read a chunk at a time."""
+        with self._wlock:
+            self._check_open()
+            view = self._live.pin()
+        try:
+            start, excl, bound = lo, False, MISSING if hi is None else hi
+            while True:
+                ks, vs = [None] * _CHUNK, [None] * _CHUNK
+                n = self._scan_view(view.addr, start, ks, vs, excl, bound)
+                yield from zip(ks[:n], vs[:n])
+                if n < _CHUNK:
+                    return
+                start, excl = ks[n - 1], True
+        finally:
+            self._live.unpin(view)  # no writer lock: this may run in a finalizer, in a writer
+
+    def _scan_view(self, addr: int, start: bytes, ks: list, vs: list, excl: bool, bound: Any) -> int:
+        n = self._scan(addr, start, len(ks), id(ks), id(vs), excl, bound)
+        if n < 0:
+            raise MemoryError("out of memory making scan results")
+        return n
 
     def range(self, lo: Any, hi: Any) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) pairs with ``lo <= key < hi``, in key order."""
+        """(key, value) pairs with ``lo <= key < hi``, in key order, as they were when the
+        iteration started."""
         self._check_open()
-        return self._st.iter_from(self._key(lo), self._key(hi))
+        return self._pinned(self._key(lo), self._key(hi))
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) pair in key order, as they were when the iteration started."""
         self._check_open()
-        return self._st.iter_from(None, None)
+        return self._pinned(b"\x00", None)
 
     def __iter__(self) -> Iterator[bytes]:
         return (k for k, _ in self.items())
 
     # ------------------------------------------------------------------ writes
-    def _apply(self, k: bytes, v: Any, i: int | None = None) -> None:
-        """Apply one write to the current snapshot (writer lock held)."""
-        if self._st.write(k, v, i) and self._inplace is not None:
-            # A merge building meanwhile may already have copied this slot: it re-applies it.
-            self._inplace.append(k)
-
     def put(self, key: Any, value: Any) -> None:
         """Insert or update ``key``; durable per the sync policy when this returns."""
-        self._check_open()
-        k = key if type(key) is bytes and 0 < len(key) <= self._max_len else self._key(key)
+        k = key if type(key) is bytes and 0 < len(key) <= self._max_len else self._exact_key(key)
         v = value if type(value) is bytes else KS.check_value(value)
         with self._wlock:
-            self._check_open()
+            if self._closed:
+                raise StoreClosedError("the store is closed")
             if self._dur is not None:
                 self._dur.log_put(k, v)
-            if self._st.write(k, v) and self._inplace is not None:  # _apply, inline on the hot path
-                self._inplace.append(k)
-        self._after_write()
+            c = self._upsert(self._addr, k, v)
+            if c & 0xFF:
+                self._written(c, k, v)
+        if self._queue.must_wait():
+            self._queue.wait()
 
     __setitem__ = put
 
+    def _exact_key(self, key: Any) -> bytes:
+        k = self._key(key)
+        return k if type(k) is bytes else bytes(k)
+
+    def _written(self, code: int, k: bytes, v: bytes) -> None:
+        """The rest of a write whose code was not C_UPDATED (writer lock held)."""
+        while True:
+            op, g = code & 0xFF, code >> O.GROUP_SHIFT
+            if op == O.C_INSERTED:
+                self._size += 1
+                return
+            if op == O.C_INSERTED_FULL:
+                self._size += 1
+                self._fold(g)
+                return
+            if op == O.C_UPDATED:
+                return
+            if op == O.C_NEED_COW:
+                with _no_gc():
+                    self._live.copy_group(g)
+            elif op == O.C_FULL:
+                self._fold(g)
+            else:
+                raise LearnedIdxError(f"write refused with code {op}")
+            code = self._upsert(self._addr, k, v)
+
+    def _fold(self, g: int) -> None:
+        """Fold group g's full insert buffer in (writer lock held) and queue its retrain."""
+        t0 = time.perf_counter()
+        with _no_gc():
+            gids, ins, dropped = self._live.fold(g)
+        self._stats["merges"] += 1
+        self._stats["splits"] += len(gids) > 1
+        self._stats["merge_seconds"] += time.perf_counter() - t0
+        self._queue.add(gids, ins + dropped)
+        self._queue.after_fold()
+
     def delete(self, key: Any) -> bool:
         """Remove ``key``; True if it was present."""
-        self._check_open()
-        k = self._key(key)
+        k = self._exact_key(key)
         with self._wlock:
             self._check_open()
-            if self._st.lookup(k) is TOMB:
+            if self._get(self._addr, k) is MISSING:
                 return False
             if self._dur is not None:
                 self._dur.log_delete(k)
-            self._apply(k, TOMB)
-        self._after_write()
+            self._remove(k)
         return True
+
+    def _remove(self, k: bytes) -> bool:
+        while True:
+            code = self._delete(self._addr, k)
+            op = code & 0xFF
+            if op == O.C_DELETED:
+                self._size -= 1
+                return True
+            if op == O.C_NOT_FOUND:
+                return False
+            if op != O.C_NEED_COW:
+                raise LearnedIdxError(f"delete refused with code {op}")
+            with _no_gc():
+                self._live.copy_group(code >> O.GROUP_SHIFT)
 
     def __delitem__(self, key: Any) -> None:
         if not self.delete(key):
             raise KeyError(key)
 
+    def _batch(self, keys: Any, values: Sequence[Any], reads: bool) -> tuple[list, list]:
+        """Checked lists of exact keys and values (None for reads where ``reads``), copies
+        of the caller's: what is logged is what is applied, whatever another thread does
+        to the caller's lists meanwhile."""
+        klist = list(keys) if type(keys) is list else self._key_list(keys)
+        vlist = list(KS.sequence(values, "values"))
+        KS.check_same_length(len(klist), len(vlist))
+        if self._check_batch(self._addr, id(klist), id(vlist), reads) >= 0:
+            klist = KS.key_list(klist, self._max_len)
+            vlist = [None if v is None and reads else KS.check_value(v) for v in vlist]
+        return klist, vlist
+
     def put_many(self, keys: Any, values: Sequence[Any]) -> None:
         """Insert/update many pairs as one atomic, durable batch."""
         self._check_open()
-        batch, klist = KS.as_batch(keys, self._max_len)  # checked and packed in one compiled pass
-        klist = klist if klist is not None else batch.keys()
-        vlist = KS.check_values(values)
-        if len(klist) != len(vlist):
-            raise ValueError(f"{len(klist)} keys but {len(vlist)} values")
-        bulk = self._st.nkeys() == 0 and not self._st.buf and len(klist) >= self.options.group_size
-        with self._mlock if bulk else contextlib.nullcontext(), self._wlock:  # lock order: merge, write
+        klist, vlist = self._batch(keys, values, False)
+        with self._wlock:
             self._check_open()
             if self._dur is not None:
                 self._dur.log_batch([(OP_PUT, k, v) for k, v in zip(klist, vlist)])
-            if bulk and self._st.nkeys() == 0 and not self._st.buf:
-                self._st = grouping.bulk_load(batch.arena, batch.offsets, vlist, self.options,
-                                              self._retrainer.train, self._retrainer.train_all, self._max_len)
+            if self._size == 0 and len(klist) >= self.options.group_size and self._live.is_empty():
+                self._bulk_load(klist, vlist)
             else:
-                for k, v in zip(klist, vlist):
-                    self._apply(k, v)
-        self._after_write()
+                self._apply(klist, vlist, [None] * len(klist))
+        if self._queue.must_wait():
+            self._queue.wait()
 
     def apply_many(self, keys: Any, values: Sequence[Any]) -> list:
         """Reads and writes in order, as one call: where ``values[i]`` is None, ``keys[i]``
@@ -235,154 +366,132 @@ class Store:
         is written under it (result: None).
 
         The outcome is that of the same calls made one after another (a read sees every
-        earlier write of the batch), but the index searches of the whole batch run in one
-        Numba call, and the writes are logged as one atomic, durable batch before any is
-        applied.  ``keys`` as for :meth:`get_many`."""
+        earlier write of the batch), done in one compiled call, with the writes logged as
+        one atomic, durable batch before any is applied.  ``keys`` as for :meth:`get_many`."""
         self._check_open()
-        vlist = values if isinstance(values, list) else list(values)
-        nreads = vlist.count(None)
-        if nreads == len(vlist):  # reads only: no lock, no write log
-            out = self.get_many(keys)
-            if len(out) != nreads:
-                raise ValueError(f"{len(out)} keys but {nreads} values")
+        klist, vlist = self._batch(keys, values, True)
+        out = [None] * len(klist)
+        if all(v is None for v in vlist):
+            self._get_many(self._addr, id(klist), id(out))
             return out
-        if not nreads:  # writes only: put_many (bulk-loads an empty store)
-            self.put_many(keys, vlist)
-            return [None] * len(vlist)
-        batch, klist = KS.as_batch(keys, self._max_len)
-        klist = klist if klist is not None else batch.keys()
-        if len(klist) != len(vlist):
-            raise ValueError(f"{len(klist)} keys but {len(vlist)} values")
-        if not set(map(type, vlist)) <= {bytes, type(None)}:
-            vlist = [v if v is None else KS.check_value(v) for v in vlist]
-        out: list = [None] * len(klist)
-        writes = list(itertools.compress(range(len(vlist)), map(operator.is_not, vlist, itertools.repeat(None))))
-        with self._wlock:  # no merge can swap the arrays under the precomputed indexes
+        with self._wlock:
             self._check_open()
             if self._dur is not None:
-                self._dur.log_batch([(OP_PUT, klist[w], vlist[w]) for w in writes])
-            st = self._st
-            il = st.search(batch, True).tolist()
-            # Stretches of reads between two writes are answered at once.
-            a = 0
-            for w in writes + [len(vlist)]:
-                if w > a:
-                    out[a:w] = st.values_at(il[a:w], klist[a:w])
-                if w < len(vlist):
-                    self._apply(klist[w], vlist[w], il[w])
-                a = w + 1
-        self._after_write()
+                self._dur.log_batch([(OP_PUT, k, v) for k, v in zip(klist, vlist) if v is not None])
+            self._apply(klist, vlist, out)
+        if self._queue.must_wait():
+            self._queue.wait()
         return out
 
-    def _after_write(self) -> None:
-        if self._inline and merge_needed(self._st, self.options.buffer_threshold):
-            self._merge()
+    def _apply(self, klist: list, vlist: list, out: list) -> None:
+        """Apply a checked batch (writer lock held)."""
+        t = 0
+        counts = self._counts
+        while True:
+            counts[0] = 0
+            code = self._apply_many(self._addr, id(klist), id(vlist), id(out), t, counts)
+            self._size += int(counts[0])
+            t, op = code >> O.GROUP_SHIFT, code & 0xFF
+            if op == O.C_UPDATED:
+                return
+            g = int(counts[1])
+            if op == O.C_NEED_COW:
+                with _no_gc():
+                    self._live.copy_group(g)
+            elif op in (O.C_FULL, O.C_INSERTED_FULL):
+                self._fold(g)
+            else:
+                raise LearnedIdxError(f"batch refused with code {op} at {t}")
 
-    # ------------------------------------------------------------------ merges
-    def _regroup(self, st: Snapshot) -> Snapshot:
-        return grouping.regroup(st, self.options, self._retrainer.train, self._retrainer.train_all)
+    def _bulk_load(self, klist: list, vlist: list) -> None:
+        """An empty store takes a whole batch at once (writer lock held)."""
+        batch = KeyBatch.from_keys(klist)
+        with _no_gc():
+            new, n = grouping.bulk(batch.arena, batch.offsets, vlist, self.options, self._retrainer, self._max_len)
+            self._live.adopt(new)
+        self._size = n
 
+    # ------------------------------------------------------------------ retraining
     def retrain_now(self) -> None:
-        """Merge every buffered write and retrain the groups they touched, synchronously."""
-        self._check_open()
-        self._merge(all_groups=True)
-
-    def _background_round(self) -> None:
-        if merge_needed(self._st, self.options.buffer_threshold):
-            self._merge()
-        elif self._dur is not None and self._dur.log_bytes() > self.options.checkpoint_bytes:
-            self.checkpoint()
-
-    def _merge(self, all_groups: bool = False) -> None:
-        """Fold the buffered writes of the groups that need it (all: every group) into a new
-        snapshot, built outside the writer lock and swapped in under it."""
-        with self._mlock:
-            t0 = time.perf_counter()
-            with self._wlock:
-                st = self._st
-                if not st.buf:
-                    return
-                G = len(st.models)
-                dirty = (set(range(max(G, 1))) if G == 0 or all_groups
-                         else groups_to_merge(st, self.options.buffer_threshold))
-                frozen = dict(st.buf)  # what this merge folds in
-                self._inplace = []
-            try:
-                new, splits = grouping.build(st, frozen, dirty, self.options, self._retrainer.train)
-                with self._wlock:
-                    cur = self._st
-                    for k in self._inplace:  # in-place updates made while the build copied the values
-                        i, j = new.find(k), cur.find(k)
-                        if i >= 0 and j >= 0:
-                            new.values[i] = cur.values[j]
-                    new.adopt_buffer(cur.buf, frozen, dirty, st.pivots)
-                    new.size = cur.size
-                    self._st = new
-                    self._stats["merges"] += 1
-                    self._stats["splits"] += splits
-                    self._stats["merge_seconds"] += time.perf_counter() - t0
-            finally:
-                self._inplace = None  # a write logged after the swap only reaches a dropped list
-            if self._dur is not None and self._dur.log_bytes() > self.options.checkpoint_bytes:
-                self.checkpoint()
+        """Fold every buffered write in and retrain every group that is due, now."""
+        with self._wlock:
+            self._check_open()
+            for g in self._live.buffered_groups():
+                with _no_gc():
+                    gids, ins, dropped = self._live.fold(g)
+                self._queue.add(gids, ins + dropped)
+            if self.options.retrain == "inline":  # inline stores train under the writer lock
+                self._queue.drain(locked=True)
+                return
+        self._queue.drain()
 
     # ------------------------------------------------------------------ durability
     def _recover(self, dur: Durability) -> None:
         rec = dur.recover()
         n = len(rec.key_offsets) - 1
         if n:
-            vb, vo = rec.val_arena.tobytes(), rec.val_offsets
+            vb, vo = rec.val_arena.tobytes(), rec.val_offsets.tolist()
             values = [vb[vo[i]:vo[i + 1]] for i in range(n)]
-            self._st = self._regroup(Snapshot.ungrouped(rec.key_arena, rec.key_offsets, values,
-                                                        self.options.max_features, self._max_len))
+            new = grouping.build(rec.key_arena, rec.key_offsets, values, self.options, self._retrainer,
+                                 self._max_len)
+            self._live.adopt(new)
+            self._size = n
         for op, k, v in rec.log:
-            self._apply(k, v if op == OP_PUT else TOMB)
-        if rec.log:
-            self._merge(all_groups=True)
+            if op == OP_PUT:
+                code = self._upsert(self._addr, k, v)
+                if code & 0xFF:
+                    self._written(code, k, v)
+            else:
+                self._remove(k)
 
     def checkpoint(self) -> None:
-        """Write the merged data to a checkpoint and drop the log it covers.  The whole
-        buffer is merged first under both locks: writers wait for that merge, not for the
-        file to be written."""
+        """Write the store as it is now to a checkpoint, and drop the log it covers.  Writers
+        wait only while the image is pinned, not while it is written."""
         self._check_open()
-        if self._dur is None:
+        self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        if self._dur is None or self._dur.closed:
             return
-        with self._mlock:
+        with self._ckpt_lock:
             with self._wlock:
-                st = self._st
-                if st.buf:
-                    new, splits = grouping.build(st, dict(st.buf), set(range(max(len(st.models), 1))),
-                                                 self.options, self._retrainer.train)
-                    new.size = st.size
-                    self._st = st = new
-                    self._stats["splits"] += splits
+                view = self._live.pin()
                 seg = self._dur.start_checkpoint()
-            vals = st.values
-            vo = np.zeros(len(vals) + 1, np.int64)
-            np.cumsum(np.fromiter((len(v) for v in vals), np.int64, len(vals)), out=vo[1:])
-            self._dur.finish_checkpoint(seg, st.arena, st.offsets, np.frombuffer(b"".join(vals), np.uint8), vo)
+            try:
+                self._dur.finish_checkpoint(seg, self._live.export(view))
+            finally:
+                self._live.unpin(view)
 
     # ------------------------------------------------------------------ admin
     def stats(self) -> dict:
-        """Counters of merges and training, and the shape of the index (docs/store.md)."""
+        """Counters of fold-ins, retraining and stalls, and the shape of the index (docs/store.md)."""
         self._check_open()
-        st = self._st
-        win = st.gint[:, K.G_ERRHI] - st.gint[:, K.G_ERRLO]
-        return {**self._retrainer.stats, **self._stats, "groups": len(st.models), "keys": st.size,
-                "merged_keys": st.nkeys(), "buffered_writes": len(st.buf), "trainer": self._retrainer.name,
-                "trainer_failed": self._retrainer.failed,
-                "max_error_window": int(win.max()) + 1 if len(st.models) else 0}
+        live = self._live
+        tab = live.tab[live.root_order()]
+        win = tab[:, L.T_ERRHI] - tab[:, L.T_ERRLO]
+        return {**self._retrainer.stats, **self._queue.stats, **self._stats, "groups": len(tab), "keys": self._size,
+                "merged_keys": int(tab[:, L.T_N].sum()), "buffered_writes": live.buffered(),
+                "backlog": self._queue.backlog, "due_groups": len(self._queue.due),
+                "trainer": self._retrainer.name, "trainer_failed": self._retrainer.failed,
+                "max_error_window": int(win.max()) + 1 if len(tab) else 0}
 
     def close(self) -> None:
-        """Stop the retrainer, checkpoint (durable stores) and release the directory."""
+        """Stop the retrainer, checkpoint (durable stores) and release the directory, also
+        when the checkpoint fails (which then raises).  A write racing ``close()`` either
+        completes before it or raises :class:`StoreClosedError`."""
         if self._closed:
             return
-        if self._loop is not None:
-            self._loop.stop()
+        self._queue.close()
+        with self._wlock:
+            if self._closed:
+                return
+            self._closed = True
+            FI.set_slots(self._addr, np.array([L.D_MAXLEN], np.int64), np.zeros(1, np.int64))
         if self._dur is not None:
-            self.checkpoint()
-            self._dur.close()
-        self._closed = True
+            try:
+                self._checkpoint()
+            finally:
+                self._dur.close()
 
     def __enter__(self) -> "Store":
         self._check_open()
@@ -392,6 +501,6 @@ class Store:
         self.close()
 
     def __del__(self) -> None:  # best effort: stop the thread of an unclosed store
-        loop = getattr(self, "_loop", None)
-        if loop is not None:
-            loop.stop(wait=False)
+        queue = getattr(self, "_queue", None)
+        if queue is not None:
+            queue.close()

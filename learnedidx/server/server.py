@@ -229,8 +229,13 @@ class Server:
                     return
 
     def _reply(self, conn: socket.socket, reply: dict) -> bool:
+        frame = P.encode(reply)
+        if len(frame) - P.HEADER.size > self.config.max_message_bytes:  # the client would refuse it
+            frame = P.encode(_error_reply(reply.get("id"), TooLargeError.kind,
+                                          f"the reply of {len(frame):,} bytes exceeds the protocol's limit of "
+                                          f"{self.config.max_message_bytes:,} (fewer groups or features)"))
         try:
-            P.write_frame(conn, reply)
+            conn.sendall(frame)
             return True
         except OSError:
             return False

@@ -68,6 +68,7 @@ class CallStream:
         self.max_message = max_message
         self.closed = threading.Event()  #: the caller is gone (or the server stops): stop working
         self.in_pass = False
+        self.passes = 0  # passes started
         self._send = threading.Lock()  # decoding threads free slots while the call reads frames
         self._map: mmap.mmap | None = None
         self._ring: np.ndarray | None = None
@@ -160,6 +161,7 @@ class CallStream:
             raise self._gone()
         if self._ring is None:
             self._open_ring()
+        self.passes += 1
         self.in_pass = True  # before the request: the watch must not take the answer for a hang-up
         self._sendall(P.encode_binary(P.CONTROL, CONTROL.pack(b"S", QUERY if query else AS_CHOSEN, number)
                                       + why.encode()))
@@ -218,7 +220,9 @@ class CallStream:
                 events = dict((idle if self.in_pass else poller).poll(POLL_SECONDS * 1000))
                 if wake_r in events:
                     return
-                if events and self._hung_up() and not self.in_pass:
+                passes = self.passes
+                # data outside a pass: not when a pass began or ended around the look
+                if events and not self.in_pass and self._hung_up() and not self.in_pass and passes == self.passes:
                     self.closed.set()
 
         t = threading.Thread(target=run, name="learnedidx-watch", daemon=True)

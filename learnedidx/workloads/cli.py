@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the heavy modules load when a command runs
 
 ycsb_app = typer.Typer(help="YCSB load/run against the store and its peers.", no_args_is_help=True)
 trace_app = typer.Typer(help="Twitter cache traces: generate and replay.", no_args_is_help=True)
+store_app = typer.Typer(help="Checks of the store itself.", no_args_is_help=True)
 err = Console(stderr=True)
 
 
@@ -162,3 +163,33 @@ def trace_replay(
         err.print(f"[yellow]skipped {len(skipped):,} malformed lines in all[/yellow]")
     reports = run_peers(load, run, peer, ["per-op", "batch"] if mode == "both" else [mode])
     print_reports(reports, json_out, compare_digests=True)
+
+
+@store_app.command("crash-test")
+def crash_test(
+    rounds: int = typer.Option(300, help="child processes to kill"),
+    directory: Optional[str] = typer.Option(None, "--dir", help="store directory (default: a new temporary one)"),
+    seed: int = typer.Option(0, help="seed of the operations, options and kill moments"),
+    run_seconds: float = typer.Option(1.5, help="a child writes for up to this long before it is killed"),
+) -> None:
+    """SIGKILL a writing child process at random moments (a quarter of them while it opens
+    the store) and check every reopened state against an oracle (docs/store.md)."""
+    import tempfile
+
+    from learnedidx.workloads.crash import run
+
+    path = directory or tempfile.mkdtemp(prefix="learnedidx-crash-")
+    with Progress(console=err, transient=True) as bar:
+        task = bar.add_task("crash rounds", total=rounds)
+        report = run(path, rounds, seed, run_seconds=run_seconds,
+                     progress=lambda rnd, r: bar.update(task, completed=rnd + 1))
+    r = report
+    typer.echo(f"{r.rounds} rounds in {r.seconds:.0f} s on {path}: {r.killed_in_ops} killed while writing, "
+               f"{r.killed_in_open} while opening (recovery), {r.finished} closed the store first; "
+               f"{r.acknowledged} acknowledged operations, {r.checks} reopened states checked, "
+               f"{r.in_doubt_applied} in-flight operations found applied")
+    typer.echo(f"acknowledged writes lost: {r.lost}, wrong values: {r.wrong}, half-applied: {r.half_applied}")
+    for f in r.failures:
+        err.print(f)
+    if not r.ok:
+        raise typer.Exit(1)

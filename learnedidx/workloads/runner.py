@@ -167,6 +167,62 @@ def execute(adapter: Adapter, stream: OpStream, *, mode: str = "per-op", phase: 
 
 def _per_op(adapter: Adapter, stream: OpStream, progress: Progress | None) -> tuple[dict, int, int]:
     ops = stream.ops.tolist()
+    if SCAN in set(ops):
+        return _per_op_scans(adapter, stream, progress)
+    # Point operations only: latencies to a flat array and read results (references, no
+    # copies) to a list, both read after the run, so that the loop does no more than call
+    # and time (recording into an HdrHistogram from Python costs more than some peers'
+    # operations, docs/workloads.md).
+    n = len(ops)
+    keys, vals = stream.keys, stream.values
+    lat = array.array("q", bytes(8 * n))
+    reads: list = [None] * n
+    get, put, delete = adapter.get, adapter.put, adapter.delete
+    clock = time.perf_counter_ns
+    start = clock()
+    for i, o in enumerate(ops):
+        if o == READ:
+            t0 = clock()
+            reads[i] = get(keys[i])
+        elif o == RMW:
+            t0 = clock()
+            reads[i] = get(keys[i])
+            put(keys[i], vals[i])
+        elif o == DELETE:
+            t0 = clock()
+            delete(keys[i])
+        else:
+            t0 = clock()
+            put(keys[i], vals[i])
+        lat[i] = clock() - t0
+        if progress is not None and (i & 0xFFFF) == 0xFFFF:
+            progress(0x10000)
+    elapsed = clock() - start
+    if progress is not None:
+        progress(n & 0xFFFF)
+    digest = _Digest()
+    for i, o in enumerate(ops):
+        if o == READ or o == RMW:
+            digest.read(reads[i])
+    lats = np.frombuffer(lat, np.int64)
+    return _histograms({o: lats[stream.ops == o] for o in set(ops)}), digest.crc, elapsed
+
+
+def _histograms(latencies: dict) -> dict:
+    """Per operation name, the histogram of its latencies (ns arrays, recorded in µs)."""
+    hists = {}
+    for o, a in latencies.items():
+        us, counts = np.unique(np.maximum(np.asarray(a, np.int64) // 1000, 1), return_counts=True)
+        h = hists[OP_NAMES[o]] = latency_histogram()
+        for v, c in zip(us.tolist(), counts.tolist()):
+            h.record_value(v, c)
+    return hists
+
+
+def _per_op_scans(adapter: Adapter, stream: OpStream, progress: Progress | None) -> tuple[dict, int, int]:
+    """Per-op runs with scans: every result is digested as it comes, off the clock (scan
+    results are too large to keep)."""
+    ops = stream.ops.tolist()
     keys, vals, sls = stream.keys, stream.values, stream.scan_lengths.tolist()
     # Latencies go to flat arrays and into the histograms after the run: recording into an
     # HdrHistogram from Python costs more than some peers' operations (docs/workloads.md).
@@ -205,13 +261,7 @@ def _per_op(adapter: Adapter, stream: OpStream, progress: Progress | None) -> tu
     if progress is not None:
         progress(len(ops) & 0xFFFF)
     elapsed = clock() - start - digest_ns
-    hists = {}
-    for o, a in lat.items():
-        us, counts = np.unique(np.maximum(np.frombuffer(a, np.int64) // 1000, 1), return_counts=True)
-        h = hists[OP_NAMES[o]] = latency_histogram()
-        for v, c in zip(us.tolist(), counts.tolist()):
-            h.record_value(v, c)
-    return hists, digest.crc, elapsed
+    return _histograms({o: np.frombuffer(a, np.int64) for o, a in lat.items()}), digest.crc, elapsed
 
 
 _POINT = (READ, UPDATE, INSERT, RMW)

@@ -19,7 +19,7 @@ DISTRIBUTIONS = ("uniform", "zipfian", "latest", "hotspot", "exponential", "rece
 ALIASES = {"exponential.percentile": "exponential_percentile", "exponential.frac": "exponential_frac"}
 BUILTIN = {"A": "workloada", "B": "workloadb", "C": "workloadc", "D": "workloadd", "E": "workloade",
            "F": "workloadf", "D'": "workloadd_prime", "E'": "workloade_prime", "DP": "workloadd_prime",
-           "EP": "workloade_prime"}
+           "EP": "workloade_prime", "RI": "workloadri", "CU": "workloadcu"}
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -37,7 +37,8 @@ def parse_properties(text: str) -> dict[str, str]:
 
 
 def load_properties(name_or_path: str) -> dict[str, str]:
-    """A built-in workload (A–F, D', E') or a YCSB ``.properties`` file."""
+    """A built-in workload (A–F, D', E', RI: half reads, half inserts, CU: C with uniform
+    reads) or a YCSB ``.properties`` file."""
     key = name_or_path.upper()
     if key in BUILTIN:
         return parse_properties(resources.files("learnedidx.workloads").joinpath("ycsb_workloads", BUILTIN[key]).read_text())

@@ -56,7 +56,8 @@ def test_streamed_training_equals_training_in_memory(tables, reader, algorithm, 
     y, X = _rows(tables, table)
     want = runtime.train(algorithm, {"X": X, "y": y}, params, threads=2)
     np.testing.assert_allclose(coef, want.model["coef"], rtol=1e-9, atol=1e-12)
-    assert loss == pytest.approx(want.loss, rel=1e-9)
+    if algorithm != "svm":  # svm reports MADlib's objective (tests/indb/test_madlib.py)
+        assert loss == pytest.approx(want.loss, rel=1e-9)
     assert iterations == want.iterations
 
 
@@ -181,7 +182,7 @@ def _ring_cases(tmp_path):
 def test_a_ring_the_backend_cannot_trust_is_refused_and_the_session_lives_on(db, tmp_path, case):
     """Whatever a process answering on the socket sends, the backend maps only a sealed memfd
     as large as the ring it describes, writes only slots it holds, and fails the call with
-    08006, never the backend: the session goes on."""
+    08P01 (the peer broke the protocol), never the backend: the session goes on."""
     import psycopg
     db.execute("CREATE TABLE small (y float8, features float8[])")
     db.execute("INSERT INTO small SELECT i, ARRAY[i, 1] FROM generate_series(1, 100) i")
@@ -189,7 +190,7 @@ def test_a_ring_the_backend_cannot_trust_is_refused_and_the_session_lives_on(db,
     fake = FakeServer(str(tmp_path / "fake.sock"), frames)
     try:
         db.execute("SELECT set_config('learnedidx.socket', %s, false)", (str(tmp_path / "fake.sock"),))
-        with pytest.raises(psycopg.errors.ConnectionFailure, match=message):
+        with pytest.raises(psycopg.errors.ProtocolViolation, match=message):
             db.execute("SELECT * FROM learnedidx.linregr_train('small', 'm', 'y', 'features')")
         assert db.execute("SELECT count(*) FROM small").fetchone() == (100,)
     finally:

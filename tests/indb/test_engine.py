@@ -115,7 +115,7 @@ def test_dsl_merge_sum_and_checked_settings():
         runtime.register_algorithm("bad_merge", USER_LOGREGR + 'merge = "median"\n')
     with pytest.raises(InDBError, match="schedule must be one of"):
         runtime.train(alg, {"X": X, "y": y.astype(float)}, {"schedule": "cosine"})
-    with pytest.raises(InDBError, match="epochs must be int"):
+    with pytest.raises(InDBError, match="epochs must be an integer"):
         runtime.train(alg, {"X": X, "y": y.astype(float)}, {"epochs": "many"})
 
 

@@ -78,7 +78,7 @@ def _wait_active(probe, needle: str) -> int:
 
 def test_statement_timeout_ends_the_call_and_the_servers_work(ldb, small_server):
     ldb.execute("SET statement_timeout = '700ms'")
-    with pytest.raises(psycopg.errors.QueryCanceled):
+    with pytest.raises(psycopg.errors.QueryCanceled, match="^canceling statement due to statement timeout"):
         ldb.execute(LONG_SVM)
     ldb.execute("SET statement_timeout = 0")
     assert ldb.execute("SELECT to_regclass('big_svm')").fetchone() == (None,)
@@ -140,6 +140,10 @@ def test_too_many_features_are_refused(ldb):
         with pytest.raises(psycopg.errors.ProgramLimitExceeded, match=f"{n} features exceed the server's limit of 64"):
             ldb.execute(f"SELECT * FROM learnedidx.linregr_train('{table}', 'wide_m', 'y', 'f')")
     ldb.execute("RESET learnedidx.reader")
+    # a row larger than a slot of the stream's ring: refused by the backend
+    ldb.execute("CREATE TABLE huge AS SELECT 1::float8 AS y, array_fill(1.5::float8, ARRAY[9000000]) AS f")
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="exceeds the stream's slots"):
+        ldb.execute("SELECT * FROM learnedidx.linregr_train('huge', 'huge_m', 'y', 'f')")
     assert ldb.execute("SELECT count(*) FROM learnedidx.models").fetchone() == (0,)
 
 
@@ -256,3 +260,37 @@ def test_server_stop_mid_call_exits_and_the_caller_hears_it(db, tmp_path):
         for _ in range(50):  # stop has waited for its socket and pidfile to go; the process follows
             __import__("os").kill(pid, 0)
             time.sleep(0.1)
+
+
+def test_calls_beyond_max_calls_wait_and_a_waiting_caller_may_leave(db, tmp_path):
+    """With --max-calls 1 a second call waits for the first; a waiting caller that gives up
+    (statement_timeout) leaves the queue, and the next call runs once the first ends."""
+    srv = spawn(str(tmp_path / "one.sock"), extra_args=["--max-calls", "1", "--max-threads", "1"], warm=True)
+    try:
+        sock = f"-c learnedidx.socket={srv.socket_path}"
+        db.execute("SELECT set_config('learnedidx.socket', %s, false)", (srv.socket_path,))
+        X = np.random.default_rng(7).normal(size=(20000, 10))
+        load(db, "big", X, (X[:, 0] > 0).astype(float))
+        load(db, "tiny", X[:50, :2], X[:50, 0])
+        errors: list = []
+        t = _in_thread(lambda: connect(db, options=sock), LONG_SVM, errors)
+        with connect(db) as probe:
+            pid = _wait_active(probe, "svm_train(")
+            time.sleep(0.5)
+            with connect(db, options=sock) as waiter:  # waits, gives up, leaves the queue
+                waiter.execute("SET statement_timeout = '1s'")
+                with pytest.raises(psycopg.errors.QueryCanceled):
+                    waiter.execute("SELECT * FROM learnedidx.linregr_train('tiny', 'tiny_1', 'y', 'features')")
+            second: list = []
+            t2 = _in_thread(lambda: connect(db, options=sock),
+                            "SELECT * FROM learnedidx.linregr_train('tiny', 'tiny_2', 'y', 'features')", second)
+            time.sleep(1.5)
+            assert t2.is_alive()  # still waiting for the first call
+            probe.execute("SELECT pg_cancel_backend(%s)", (pid,))
+            t.join(10)
+            t2.join(10)
+        assert not t.is_alive() and not t2.is_alive() and second == []
+        assert db.execute("SELECT to_regclass('tiny_1'), to_regclass('tiny_2') IS NOT NULL").fetchone() == \
+            (None, True)
+    finally:
+        srv.stop()

@@ -6,7 +6,10 @@ the caller's backend, as the caller, and the server has no database identity to 
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import struct
 
 import numpy as np
 import psycopg
@@ -245,6 +248,15 @@ def test_models_are_their_tables_and_share_their_privileges(db):
         assert a.execute("SELECT learnedidx.predict('bob_lmf', '{1, 2}')").fetchone()[0] is not None
         with pytest.raises(psycopg.errors.InsufficientPrivilege, match="must be owner"):
             a.execute("SELECT learnedidx.drop_model('bob_lmf')")
+        # predict_table evaluates the feature expression bob's training wrote: bob's SQL, not
+        # run as alice; predict, given the features, is hers to call
+        a.execute("CREATE TABLE mine (u int, i int)")
+        a.execute("INSERT INTO mine VALUES (1, 2), (999, 1)")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="SQL its owner wrote"):
+            a.execute("SELECT learnedidx.predict_table('bob_lmf', 'mine', 'mine_pred')")
+        assert a.execute("SELECT count(learnedidx.predict('bob_lmf', ARRAY[u, i])) FROM mine").fetchone() == (1,)
+    with connect(db, "bob") as b:  # bob's own: his source and his expression
+        assert b.execute("SELECT learnedidx.predict_table('bob_lmf', 'ratings', 'bob_pred')").fetchone() == (400,)
 
 
 def test_no_role_creates_models_or_algorithms_for_another(db):
@@ -314,9 +326,11 @@ def test_every_function_pins_search_path_or_has_a_standard_body(db):
         "AND d.classid = 'pg_proc'::regclass AND d.deptype = 'e' JOIN pg_extension e ON e.oid = d.refobjid "
         "WHERE e.extname = 'learnedidx'").fetchall()
     assert len(rows) > 20
-    # predict and predict_proba set it in their C code around the one query they run per call
+    # predict and predict_proba set it in their C code around the queries reading a model; the
+    # MADlib functions over coefficients run no SQL
     loose = [r[0] for r in rows if not r[3] and r[2] != ["search_path=pg_catalog, pg_temp"]
-             and not (r[1] == "c" and r[0] in ("predict", "predict_proba"))]
+             and not (r[1] == "c" and r[0] in ("predict", "predict_proba", "linregr_predict", "logregr_predict",
+                                               "logregr_predict_prob"))]
     assert loose == []
 
 
@@ -334,6 +348,8 @@ def test_the_callers_shadowing_functions_and_operators_are_not_called(db):
     rng = np.random.default_rng(5)
     X = rng.normal(size=(80, 2))
     load(db, "sh", X, (X[:, 0] > 0).astype(float))
+    db.execute("ALTER TABLE sh ADD COLUMN g text")
+    db.execute("UPDATE sh SET g = CASE WHEN id % 2 = 0 THEN 'even' END")
     make_role(db, "someone")
     db.execute("CREATE SCHEMA evil")
     for signature, returns in SHADOWS:
@@ -359,6 +375,10 @@ def test_the_callers_shadowing_functions_and_operators_are_not_called(db):
             db.execute(f"SET learnedidx.reader = '{reader}'")
             db.execute(f"SELECT * FROM learnedidx.logregr_train('sh', 'sh_{tag}_{reader}', 'y', 'features')")
         db.execute("RESET learnedidx.reader")
+        db.execute(f"SELECT * FROM learnedidx.linregr_train('sh', 'sh_{tag}_g', 'y', 'ARRAY[1]::float8[] || features', "
+                   "'g')")
+        assert db.execute(f"SELECT count(learnedidx.predict('sh_{tag}_g', features, g)) FROM public.sh").fetchone() == \
+            (80,)
         db.execute(f"SELECT learnedidx.register_algorithm('alg_{tag}', %s)",
                    ("epochs = 1\ndef gradient(w, x, y):\n    return (dot(w, x) - y) * x\n",))
         db.execute(f"SELECT * FROM learnedidx.train('alg_{tag}', 'sh', 'y', 'features')")
@@ -428,3 +448,190 @@ def test_row_security_is_checked_as_it_applies_to_the_caller(db):
         n = d.execute("SELECT num_rows_processed FROM learnedidx.linregr_train('rls_owned', 'rls_dave', 'y', 'x')"
                       ).fetchone()[0]
         assert (n, _read_path(d, "rls_dave")) == (10, "query")
+
+
+# ----------------------------------------------------------------- the server's socket
+def _forged_call(path: str, frames: list) -> dict | str:
+    """An indb.train request on the server's socket followed, after its request for pass 1, by
+    ``frames``: JSON frames (bytes), ("pages", page) to write into a slot of the server's ring
+    and name in a slot frame, or ("raw", payload) data frames.  The server's reply, or "query
+    path" when it asks for the pass again."""
+    import mmap
+
+    from learnedidx.server import protocol as P
+    from learnedidx.server import stream as S
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(path)
+        s.settimeout(30)
+        P.read_hello(s)
+        s.sendall(P.encode({"op": "indb.train", "id": 1, "args": {"algorithm": "linregr", "params": {}}}))
+        head, fds, _, _ = socket.recv_fds(s, P.HEADER.size + S.RING.size, 1)  # the ring, with its memfd
+        head += P._recv_exact(s, P.HEADER.size + S.RING.size - len(head))
+        _, slots, slot_bytes = S.RING.unpack(head[P.HEADER.size:])
+        ring = mmap.mmap(fds[0], slots * slot_bytes)
+        flags, n = P.read_header(s)
+        assert flags == P.CONTROL and P._recv_exact(s, n)[:1] == b"S"
+        with contextlib.suppress(OSError):
+            for k, frame in enumerate(frames):
+                if isinstance(frame, bytes):
+                    s.sendall(frame)
+                elif frame[0] == "pages":
+                    ring[k * slot_bytes:k * slot_bytes + len(frame[1])] = frame[1]
+                    s.sendall(P.encode_binary(P.DATA, S.SLOT.pack(b"K", b"P", k, 1, 1) + struct.pack(">I", 0)))
+                else:
+                    s.sendall(P.encode_binary(P.DATA, frame[1]))
+        while True:
+            flags, n = P.read_header(s)
+            body = P._recv_exact(s, n)
+            if flags == P.JSON:
+                return P.parse_json(body)
+            if body[:1] == b"S":
+                return "query path"
+
+
+def _page(tuple_bytes: bytes, lp_off: int | None = None) -> bytes:
+    page = bytearray(8192)
+    upper = 8192 - len(tuple_bytes)
+    struct.pack_into("<HHHH", page, 12, 28, upper, 8192, 8192 | 4)
+    struct.pack_into("<I", page, 24, (upper if lp_off is None else lp_off) | (1 << 15) | (len(tuple_bytes) << 17))
+    page[upper:] = tuple_bytes
+    return bytes(page)
+
+
+def _tuple(data: bytes, hoff: int = 24, natts: int = 2) -> bytes:
+    head = bytearray(24)
+    struct.pack_into("<H", head, 18, natts)
+    head[22] = hoff
+    return bytes(head) + data
+
+
+def test_a_forged_stream_gets_an_error_and_the_server_serves_on(db, accel_server):
+    """Whoever reaches the socket (the database's OS user) and forges the data stream (corrupt
+    pages: an array longer than its value, a header past its tuple, a line pointer past its
+    page; a malformed layout; a lying row count; slot frames naming no rows, more rows than a
+    slot holds or a slot outside the ring) gets an error reply or is asked
+    for the query path; the server neither reads past what it received nor stops."""
+    from learnedidx.server import protocol as P
+    from learnedidx.server.stream import SLOT
+
+    def pages(layout: dict, page: bytes, rows: int = 1) -> list:
+        return [P.encode({"begin": {"pass": 1, "reader": "pages"}}), P.encode({"relation": layout}),
+                ("pages", page), P.encode({"end": {"pass": 1, "rows": rows}})]
+
+    scalars = {"name": "forged", "blocks": 1, "columns": [[1, 701, None, "y"], [2, 701, None, "x"]],
+               "attrs": [[8, 8], [8, 8]]}
+    arrays = {**scalars, "columns": [[1, 701, None, "y"], [2, 1022, None, "x"]], "attrs": [[8, 8], [-1, 8]]}
+    cases = {f"array of {dim} in 40 bytes": pages(arrays, _page(_tuple(struct.pack("<d", 1.0) + struct.pack(
+        "<I", 40 << 2) + struct.pack("<iiiii", 1, 0, 701, dim, 1) + b"\0" * 16))) for dim in (1000, 2 ** 31 - 1, -5)}
+    cases.update({
+        "header past the tuple": pages(scalars, _page(_tuple(b"\0" * 16, hoff=250))),
+        "line pointer past the page": pages(scalars, _page(_tuple(b"\0" * 16), lp_off=32760)),
+        "attribute number past the layout": pages({**scalars, "columns": [[1, 701, None, "y"], [900, 701, None, "x"]]},
+                                                  _page(_tuple(b"\0" * 16))),
+        "a text column": pages({**scalars, "columns": [[1, 701, None, "y"], [2, 25, None, "x"]]},
+                               _page(_tuple(b"\0" * 16))),
+        "a lying row count": pages(scalars, _page(_tuple(b"\0" * 16)), rows=5),
+        "rows of no values": [P.encode({"begin": {"pass": 1, "reader": "query"}}),
+                              ("raw", SLOT.pack(b"K", b"R", 0, 2, 0))],
+        "more rows than a slot holds": [P.encode({"begin": {"pass": 1, "reader": "query"}}),
+                                        ("raw", SLOT.pack(b"K", b"R", 0, 1 << 20, 3))],
+        "a slot outside the ring": [P.encode({"begin": {"pass": 1, "reader": "query"}}),
+                                    ("raw", SLOT.pack(b"K", b"R", 1 << 20, 1, 3))],
+    })
+    for name, frames in cases.items():
+        reply = _forged_call(accel_server.socket_path, frames)
+        # pages the Strider cannot decode go to the query path; a broken stream is a protocol error
+        want = "query path" if "past" in name and "layout" not in name or "array" in name else "protocol"
+        assert (reply if reply == "query path" else reply["error"]["kind"]) == want, (name, reply)
+    with psycopg.connect(**{k: getattr(db.info, k) for k in ("host", "port", "user", "dbname")}) as c:
+        c.execute("CREATE TABLE after (y float8, x float8)")
+        c.execute("INSERT INTO after SELECT g, g FROM generate_series(1, 10) g")
+        assert c.execute("SELECT num_rows_processed FROM learnedidx.linregr_train('after', 'after_m', 'y', 'x')"
+                         ).fetchone() == (10,)
+
+
+def test_views_with_side_effects_run_as_the_callers_select(db):
+    """Functions a source calls run in the caller's transaction as in its own SELECT: their
+    writes happen (once per row read; twice with grouping, which reads the groups first) and
+    go with the caller's transaction; a query source that writes by itself is refused."""
+    db.execute("CREATE TABLE side (y float8, x float8, g int)")
+    db.execute("INSERT INTO side SELECT i, i % 4, i % 2 FROM generate_series(1, 30) i")
+    db.execute("CREATE TABLE side_log (n int)")
+    db.execute("""CREATE FUNCTION noted(v float8) RETURNS float8 LANGUAGE plpgsql AS $$
+                  BEGIN INSERT INTO side_log VALUES (1); RETURN v; END $$""")
+    db.execute("CREATE VIEW side_v AS SELECT y, noted(x) AS x, g FROM side")
+    db.autocommit = False
+    db.execute("SELECT * FROM learnedidx.linregr_train('side_v', 'side_m', 'y', 'x')")
+    assert db.execute("SELECT count(*) FROM side_log").fetchone() == (30,)
+    db.execute("SELECT * FROM learnedidx.linregr_train('side_v', 'side_g', 'y', 'x', 'g')")
+    assert db.execute("SELECT count(*) FROM side_log").fetchone() == (90,)
+    db.rollback()
+    db.autocommit = True
+    assert db.execute("SELECT count(*), to_regclass('side_m') FROM side_log").fetchone() == (0, None)
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="data-modifying"):
+        db.execute("SELECT * FROM learnedidx.linregr_train('WITH d AS (DELETE FROM side RETURNING *) "
+                   "SELECT * FROM d', 'side_w', 'y', 'x')")
+    assert db.execute("SELECT count(*) FROM side").fetchone() == (30,)
+
+
+def test_reading_a_model_runs_no_code_of_its_owner(db):
+    """A role that makes a "model" for others to use (granted to them, or named by them) gets
+    no code run as them and cannot crash their backend: the model's tables are read without
+    casts, policies, views or inheritors, and a column of another type is an error (an int
+    coef once crashed the cluster)."""
+    make_role(db, "mallory")
+    make_role(db, "victim")
+    db.execute("GRANT CREATE ON SCHEMA public TO mallory")
+    with connect(db, "mallory") as m:
+        m.execute("CREATE TABLE ran (who text)")
+        m.execute("GRANT INSERT ON ran TO PUBLIC")
+        m.execute("""CREATE FUNCTION steal() RETURNS boolean LANGUAGE plpgsql AS $$
+                     BEGIN INSERT INTO public.ran VALUES (current_user); RETURN true; END $$""")
+        # an int where the coefficients belong: the backend read it as an array pointer
+        m.execute("CREATE TABLE crash (coef int)")
+        m.execute("INSERT INTO crash VALUES (12345)")
+        m.execute("CREATE TABLE crash_summary (method text, intercept bool)")
+        m.execute("INSERT INTO crash_summary VALUES ('linregr', true)")
+        # a cast of the owner's to float8[]
+        m.execute("CREATE TYPE coefs AS ENUM ('a')")
+        m.execute("CREATE FUNCTION to_coef(coefs) RETURNS float8[] LANGUAGE plpgsql AS "
+                  "$$ BEGIN PERFORM steal(); RETURN '{1}'; END $$")
+        m.execute("CREATE CAST (coefs AS float8[]) WITH FUNCTION to_coef(coefs) AS IMPLICIT")
+        m.execute("CREATE TABLE casted (coef coefs)")
+        m.execute("INSERT INTO casted VALUES ('a')")
+        m.execute("CREATE TABLE casted_summary (method text, intercept bool)")
+        m.execute("INSERT INTO casted_summary VALUES ('linregr', true)")
+        # a policy, a view as the summary, and an inheritor holding another row
+        m.execute("CREATE TABLE pol (coef float8[])")
+        m.execute("INSERT INTO pol VALUES ('{1, 2}')")
+        m.execute("ALTER TABLE pol ENABLE ROW LEVEL SECURITY")
+        m.execute("CREATE POLICY p ON pol USING (steal())")
+        m.execute("CREATE TABLE pol_summary (method text, intercept bool)")
+        m.execute("INSERT INTO pol_summary VALUES ('linregr', true)")
+        m.execute("ALTER TABLE pol_summary ENABLE ROW LEVEL SECURITY")
+        m.execute("CREATE POLICY p ON pol_summary USING (steal())")
+        m.execute("CREATE TABLE viewed (coef float8[])")
+        m.execute("INSERT INTO viewed VALUES ('{1, 2}')")
+        m.execute("CREATE VIEW viewed_summary AS SELECT 'linregr'::text AS method, steal() AS intercept")
+        m.execute("CREATE TABLE parent (coef float8[])")
+        m.execute("INSERT INTO parent VALUES ('{1, 2}')")
+        m.execute("CREATE TABLE kid () INHERITS (parent)")
+        m.execute("INSERT INTO kid VALUES ('{100, 200}')")
+        m.execute("CREATE TABLE parent_summary (method text, intercept bool)")
+        m.execute("INSERT INTO parent_summary VALUES ('linregr', true)")
+        m.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO victim")
+    with connect(db, "victim") as v:
+        for model, error, match in [
+            ("crash", psycopg.errors.DatatypeMismatch, 'column "coef" has type integer'),
+            ("casted", psycopg.errors.DatatypeMismatch, 'column "coef" has type public.coefs'),
+            ("pol", psycopg.errors.InsufficientPrivilege, "row-level security"),
+            ("viewed", psycopg.errors.WrongObjectType, "not a learnedidx model"),
+        ]:
+            with pytest.raises(error, match=match):
+                v.execute(f"SELECT learnedidx.predict('{model}', '{{1}}')")
+        assert v.execute("SELECT learnedidx.predict('parent', '{1}')").fetchone() == (3.0,)  # the parent's row only
+        assert [r[0] for r in v.execute("SELECT model::text FROM learnedidx.models ORDER BY 1").fetchall()] == \
+            ["casted", "crash", "parent"]  # pol's summary has policies: not even listed
+        v.execute("SELECT * FROM learnedidx.models")
+    assert db.execute("SELECT count(*) FROM ran").fetchone() == (0,)

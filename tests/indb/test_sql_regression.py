@@ -29,11 +29,13 @@ REGRESS_DATABASE_SETTINGS = {"lc_messages": "C", "lc_monetary": "C", "lc_numeric
                              "bytea_output": "hex", "timezone_abbreviations": "Default"}
 
 
-def run_psql(conn, script: Path) -> str:
-    """Run ``script`` as pg_regress runs a test: ``psql -X -a -q`` with the script on stdin."""
+def run_psql(conn, script: Path, socket_path: str) -> str:
+    """Run ``script`` as pg_regress runs a test: ``psql -X -a -q`` with the script on stdin (the
+    scripts that train find the accelerator server through $LEARNEDIDX_SOCKET)."""
     info = conn.info
     env = {**os.environ, "PGHOST": info.host, "PGPORT": str(info.port), "PGUSER": info.user,
-           "PGTZ": "PST8PDT", "PGDATESTYLE": "Postgres, MDY", "PGAPPNAME": f"pg_regress/{script.stem}"}
+           "PGTZ": "PST8PDT", "PGDATESTYLE": "Postgres, MDY", "PGAPPNAME": f"pg_regress/{script.stem}",
+           "LEARNEDIDX_SOCKET": socket_path}
     cmd = [str(Path(PG_BINDIR) / "psql"), "-X", "-a", "-q", "-d", info.dbname,
            "-v", "HIDE_TABLEAM=on", "-v", "HIDE_TOAST_COMPRESSION=on"]
     with script.open() as stdin:
@@ -43,11 +45,11 @@ def run_psql(conn, script: Path) -> str:
 
 
 @pytest.mark.parametrize("script", CASES, ids=[c.stem for c in CASES])
-def test_sql_regression(postgresql, script, tmp_path):
+def test_sql_regression(postgresql, accel_server, script, tmp_path):
     postgresql.autocommit = True
     for name, value in REGRESS_DATABASE_SETTINGS.items():
         postgresql.execute(f'ALTER DATABASE "{postgresql.info.dbname}" SET {name} TO \'{value}\'')
-    actual = run_psql(postgresql, script)
+    actual = run_psql(postgresql, script, accel_server.socket_path)
     (tmp_path / f"{script.stem}.out").write_text(actual)  # to diff against, or to adopt after review
     expected_file = SQL_DIR / "expected" / f"{script.stem}.out"
     assert expected_file.exists(), f"no expected output; actual is in {tmp_path}"
@@ -60,14 +62,14 @@ def pgxs_or_skip() -> None:
         pytest.skip("PGXS (Debian postgresql-server-dev-15) and make are needed")
 
 
-def test_make_installcheck(postgresql_proc, tmp_path):
+def test_make_installcheck(postgresql_proc, accel_server, tmp_path):
     """``make -C extension installcheck`` runs every script of sql/sql and passes.  It runs on
     copies of extension/ and sql/: pg_regress writes its results next to the Makefile."""
     pgxs_or_skip()
     for d in ("extension", "sql"):
         shutil.copytree(REPO / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
     env = {**os.environ, "PGHOST": postgresql_proc.host, "PGPORT": str(postgresql_proc.port),
-           "PGUSER": postgresql_proc.user}
+           "PGUSER": postgresql_proc.user, "LEARNEDIDX_SOCKET": accel_server.socket_path}
     res = subprocess.run(["make", "-C", str(tmp_path / "extension"), "installcheck", f"PG_CONFIG={PG_CONFIG}"],
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
     diffs = tmp_path / "extension" / "regression.diffs"

@@ -10,19 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from learnedidx.errors import WorkloadError
-from learnedidx.index import fitting, grouping
+from learnedidx.index import fitting, grouping, ops
 from learnedidx.index import kernels as K
 from learnedidx.index.keys import KeyBatch
 from learnedidx.index.options import StoreOptions
-from learnedidx.index.qr import RIDGE, CpuBackend
+from learnedidx.index.qr import RIDGE
 from learnedidx.index.retrainer import Retrainer
 from learnedidx.workloads.generators import key_names
 from learnedidx.workloads.keysources import load_keys
-
-
-def _train(A, b, R_old, A_delta):
-    res = CpuBackend().train_full(A, b)
-    return res.R, res.coef
 
 
 def _same_as_group_by_group(keys: list[bytes], opts: StoreOptions) -> fitting.Fits:
@@ -30,22 +25,15 @@ def _same_as_group_by_group(keys: list[bytes], opts: StoreOptions) -> fitting.Fi
     kb = KeyBatch.from_keys(keys)
     bounds = fitting.cut_bounds(kb.arena, kb.offsets, 0, len(keys), opts.group_size, opts.min_group,
                                 opts.max_features)
-    assert bounds.tolist() == grouping.cut(kb.arena, kb.offsets, 0, len(keys), opts)
     fits = fitting.fit_groups(kb.arena, kb.offsets, bounds, opts.max_features)
-    one_by_one = grouping.grouped(kb.arena, kb.offsets, list(keys), opts, _train)
+    one_by_one = grouping.fit_each(kb.arena, kb.offsets, bounds, opts, Retrainer(opts))
     G = len(bounds) - 1
     assert fits.gint.shape == (G, K.G_COLS) and one_by_one.gint.shape == (G, K.G_COLS)
     # The same compiled arithmetic on the same numbers: equal to the last bit.
-    # (G_PHEAD is the snapshot's: filled when it is built.)
-    np.testing.assert_array_equal(fits.gint[:, :K.G_PHEAD], one_by_one.gint[:, :K.G_PHEAD])
+    np.testing.assert_array_equal(fits.gint, one_by_one.gint)
     np.testing.assert_array_equal(fits.coef, one_by_one.coef)
-    for g in range(G):
-        memo = one_by_one.models[g]
-        if memo.R is None:
-            assert fits.R_off[g + 1] == fits.R_off[g]
-        else:
-            n = memo.R.shape[0]
-            np.testing.assert_array_equal(fits.R[fits.R_off[g]:fits.R_off[g + 1]].reshape(n, n), memo.R)
+    np.testing.assert_array_equal(fits.R_off, one_by_one.R_off)
+    np.testing.assert_array_equal(fits.R, one_by_one.R)
     return fits
 
 
@@ -54,7 +42,7 @@ def _oracle_check(keys: list[bytes], fits: fitting.Fits, max_features: int) -> N
     and the ridge least-squares fit; error bounds hold every key's rank and are attained."""
     kb = KeyBatch.from_keys(keys)
     for g in range(len(fits.gint)):
-        s, e, prefix, feat, lo, hi, _ = fits.gint[g].tolist()
+        s, e, prefix, feat, lo, hi = fits.gint[g].tolist()
         if e - s <= 1:
             assert (prefix, feat, lo, hi) == (0, 0, 0, 0)
             continue
@@ -117,6 +105,7 @@ def test_retrainer_trains_all_groups_at_once_only_on_the_cpu_backend():
     assert fits is not None and cpu.stats["retrains_full"] == len(bounds) - 1 and cpu.stats["train_seconds"] > 0
     emu = Retrainer(StoreOptions(group_size=128, trainer="fpga-emu"))
     assert emu.train_all(kb.arena, kb.offsets, bounds) is None  # its own datapath: group by group
-    snap = grouping.grouped(kb.arena, kb.offsets, list(keys), opts, emu.train, emu.train_all)
+    live = grouping.build(kb.arena, kb.offsets, list(keys), opts, emu, opts.max_key_len)
     assert emu.stats["retrains_full"] == len(bounds) - 1
-    assert all(snap.find(k) == i for i, k in enumerate(keys))
+    get = ops.entry_points()["get"]
+    assert all(get(live.addr, k) is k for k in keys)  # each key is its own value here

@@ -1,10 +1,13 @@
 """Bad input gets typed errors."""
 from __future__ import annotations
 
+
+import numpy as np
 import pytest
 
 import learnedidx
-from learnedidx.errors import ConfigError, KeyLengthError, KeyTypeError, StoreClosedError
+from learnedidx.errors import (ArgumentError, ArgumentTypeError, ConfigError, KeyLengthError, KeyTypeError,
+                               LearnedIdxError, StoreClosedError)
 
 
 @pytest.fixture
@@ -56,8 +59,72 @@ def test_str_keys_are_utf8_and_nul_bytes_work(db):
 
 
 def test_mismatched_batch(db):
-    with pytest.raises(ValueError):
+    with pytest.raises(ArgumentError, match="2 keys but 1 values"):
         db.put_many([b"a", b"b"], [b"1"])
+    with pytest.raises(ArgumentError, match="2 keys but 1 values"):
+        db.apply_many([b"a", b"b"], [b"1"])
+    with pytest.raises(ArgumentError, match="2 keys but 1 values"):
+        db.apply_many([b"a", b"b"], [None])
+    assert len(db) == 0
+
+
+class _Bytes(bytes):
+    pass
+
+
+@pytest.mark.parametrize("make", [np.bytes_, _Bytes], ids=["numpy.bytes_", "subclass"])
+def test_bytes_subclasses_are_keys_like_bytes(db, make):
+    """A bytes subclass is read and written as the bytes it holds (it used to recurse)."""
+    db.put(make(b"k1"), make(b"v1"))
+    db.put_many([make(b"k2")] * 1 + [b"k3"], [make(b"v2"), b"v3"])
+    for merged in (False, True):
+        assert db.get(make(b"k1")) == b"v1" and type(db.get(make(b"k1"))) is bytes
+        assert make(b"k2") in db and db[make(b"k3")] == b"v3" and make(b"zz") not in db
+        assert db.get_many([make(b"k1"), make(b"k2")]) == [b"v1", b"v2"]
+        assert [k for k, _ in db.scan(make(b"k"), 10)] == [b"k1", b"k2", b"k3"]
+        assert all(type(k) is bytes and type(v) is bytes for k, v in db.items())
+        db.retrain_now()
+    assert db.delete(make(b"k1")) and make(b"k1") not in db
+
+
+@pytest.mark.parametrize("call", [
+    lambda db: db.put_many("ab", [b"1", b"2"]), lambda db: db.put_many(b"ab", [b"1", b"2"]),
+    lambda db: db.get_many("ab"), lambda db: db.apply_many("ab", [None, b"2"]),
+    lambda db: db.scan_many("ab", 1), lambda db: db.put_many([b"a", b"b"], b"12"),
+    lambda db: db.put_many([b"a", b"b"], "12"), lambda db: db.put_many(5, [b"1"]),
+    lambda db: db.scan_many([b"a"], "1"),
+], ids=["put_many-str", "put_many-bytes", "get_many-str", "apply_many-str", "scan_many-str", "values-bytes",
+        "values-str", "keys-int", "counts-str"])
+def test_one_str_or_bytes_where_a_sequence_is_expected_is_refused(db, call):
+    with pytest.raises(ArgumentTypeError, match="must be a sequence"):
+        call(db)
+    assert len(db) == 0 and db.get(b"a") is None
+
+
+@pytest.mark.parametrize("count,error", [(-1, ArgumentError), (1.5, ArgumentTypeError), (True, ArgumentTypeError),
+                                         ("3", ArgumentTypeError), (None, ArgumentTypeError)])
+def test_bad_scan_counts_are_typed_errors(db, count, error):
+    db.put_many([b"a", b"b"], [b"1", b"2"])
+    with pytest.raises(error):
+        db.scan(b"a", count)
+    with pytest.raises(error):
+        db.scan_many([b"a"], count)
+    with pytest.raises(error):
+        db.scan_many([b"a", b"b"], [1, count])
+
+
+@pytest.mark.parametrize("buffered", [False, True])
+def test_any_integer_count_works_up_to_huge_ones(db, buffered):
+    pairs = [(b"k%03d" % i, b"v%d" % i) for i in range(100)]
+    db.put_many(*zip(*pairs))
+    if not buffered:
+        db.retrain_now()
+    assert bool(db.stats()["buffered_writes"]) is buffered
+    for count in (np.int64(3), np.uint8(3), 3):
+        assert db.scan(b"k000", count) == pairs[:3]
+    for huge in (2**63, 2**63 - 1, 10**30):
+        assert db.scan(b"k050", huge) == pairs[50:]
+        assert db.scan_many([b"k098", b"k099"], [huge, np.int64(1)]) == [pairs[98:], pairs[99:]]
 
 
 @pytest.mark.parametrize("opts", [{"sync": "sometimes"}, {"retrain": "never"}, {"max_key_len": 0},
@@ -107,9 +174,15 @@ def test_small_batches_check_keys_too(db):
 def test_scan_many_counts_are_checked(db):
     db.put_many([b"a", b"b", b"c"], [b"1", b"2", b"3"])
     assert db.scan_many([b"a", b"b"], [0, 5]) == [[], [(b"b", b"2"), (b"c", b"3")]]
-    with pytest.raises(ValueError, match="2 start keys but 1 counts"):
+    with pytest.raises(ArgumentError, match="2 start keys but 1 counts"):
         db.scan_many([b"a", b"b"], [1])
-    with pytest.raises(ValueError):
+    with pytest.raises(ArgumentError):
         db.scan_many([b"a"], [-1])
-    with pytest.raises(TypeError):
+    with pytest.raises(ArgumentTypeError):
         db.scan_many([b"a"], 1.5)
+
+
+def test_errors_of_bad_input_are_typed_and_keep_their_builtin_base():
+    assert issubclass(ArgumentError, ValueError) and issubclass(ArgumentTypeError, TypeError)
+    assert issubclass(KeyLengthError, ArgumentError) and issubclass(KeyTypeError, ArgumentTypeError)
+    assert all(issubclass(c, LearnedIdxError) for c in (ArgumentError, ArgumentTypeError))

@@ -23,7 +23,7 @@ from learnedidx.index.training import get_backend, known_backends
     ("buffer_threshold", 0), ("checkpoint_bytes", -1), ("sync_interval", 0), ("sync_interval", -0.1),
     ("sync_interval", float("nan")), ("retrain_interval", 0.0), ("retrain_interval", "1"), ("trainer_retry", -1),
     ("full_retrain_fraction", -0.5), ("full_retrain_fraction", float("inf")), ("trainer", 3),
-    ("trainer_options", ["socket"]), ("trainer", "nope"),
+    ("trainer_options", ["socket"]), ("trainer", "nope"), ("recovery", "lenient"), ("recovery", None),
 ])
 def test_every_option_is_checked_and_the_error_names_it(name, value):
     with pytest.raises(ConfigError, match=name):
@@ -119,13 +119,14 @@ class _ProbingBackend:
         return self.cpu.train_incremental(R_old, A_delta, A, b)
 
 
-def test_merges_train_outside_the_writer_lock_and_checkpoints_inside_it(tmp_path):
-    """docs/store.md, Thread safety: merges run outside the writer lock except for the final
-    swap; a checkpoint merges the whole buffer under it."""
+def test_retraining_runs_outside_the_writer_lock_and_checkpoints_train_nothing(tmp_path):
+    """docs/store.md, Thread safety: a retrain takes the writer lock only to take its inputs
+    and to publish its model (inline stores retrain in the writer, under it); a checkpoint
+    pins an image and trains nothing."""
     probe = _ProbingBackend()
-    with Store(tmp_path / "db", retrain="off", group_size=64, trainer=probe) as db:
+    with Store(tmp_path / "db", retrain="off", group_size=64, buffer_threshold=8, trainer=probe) as db:
         probe.store = db
-        db.put_many([b"k%05d" % i for i in range(0, 2000, 2)], [b"v"] * 1000)  # bulk load: both locks
+        db.put_many([b"k%05d" % i for i in range(0, 2000, 2)], [b"v"] * 1000)  # bulk load: in the writer
         probe.writer_lock_free.clear()
         for i in range(1, 200, 2):
             db.put(b"k%05d" % i, b"n")
@@ -135,4 +136,10 @@ def test_merges_train_outside_the_writer_lock_and_checkpoints_inside_it(tmp_path
         for i in range(201, 400, 2):
             db.put(b"k%05d" % i, b"n")
         db.checkpoint()
+        assert probe.writer_lock_free == []
+    probe = _ProbingBackend()
+    with Store(retrain="inline", group_size=64, buffer_threshold=8, trainer=probe) as db:
+        probe.store = db
+        for i in range(200):
+            db.put(b"k%05d" % i, b"n")
         assert probe.writer_lock_free and not any(probe.writer_lock_free)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import bisect
+import os
 import threading
 
 import numpy as np
@@ -11,8 +12,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import learnedidx
-from learnedidx.index import kernels as K
+from learnedidx.index import layout as L
 from learnedidx.index.store import KeyBatch
+from tests.index.invariants import contents
 
 PREFIXES = [b"", b"user", b"\x00\x00", b"shared/prefix/", b"\xff" * 20]
 keys = st.builds(lambda p, s: p + s, st.sampled_from(PREFIXES), st.binary(min_size=1, max_size=40))
@@ -101,26 +103,8 @@ class StoreMachine(RuleBasedStateMachine):
         assert len(self.db) == len(self.ref)
 
     @invariant()
-    def error_bounds_cover_every_key(self):
-        st_ = self.db._st
-        for g in range(st_.gint.shape[0]):
-            s, e, plen, feat, lo, hi = (int(x) for x in st_.gint[g, :6])
-            for i in range(s, e):
-                q = st_.arena[st_.offsets[i]:st_.offsets[i + 1]]
-                p = st_.coef[g, 0] + sum(st_.coef[g, 1 + j] * q[plen + j] for j in range(feat) if plen + j < len(q))
-                base = s + int(np.floor(p))
-                assert base + lo <= i <= base + hi
-
-    @invariant()
-    def heads_order_like_keys(self):
-        st_ = self.db._st
-        for g in range(st_.gint.shape[0]):
-            s, e, plen = (int(x) for x in st_.gint[g, :3])
-            for i in range(s, e):
-                key = st_.key(i)
-                assert st_.heads[i] == _head(key[plen:plen + 8])
-                if i > s:
-                    assert st_.heads[i - 1] <= st_.heads[i]
+    def every_invariant_of_the_index(self):
+        assert contents(self.db._live) == self.ref
 
 
 TestStoreMachine = StoreMachine.TestCase
@@ -215,19 +199,14 @@ def test_concurrent_readers_with_a_writer():
         assert len(db) == 8000
 
 
-def test_group_lower_bound_outside_window_for_absent_keys():
+def test_absent_keys_outside_the_model_window():
     ks = [bytes([i // 256, i % 256]) + b"k" for i in range(5000)]
     with learnedidx.open(retrain="off", group_size=1000) as db:
-        db.put_many(ks, [b""] * len(ks))
-        st_ = db._st
+        db.put_many(ks, ks)
         for q in (b"\x00", b"\x05", b"\x13\x87zz", b"\xff\xff"):
-            expect = bisect.bisect_left(ks, q)
-            assert st_.seek(q) == expect
-
-
-def _head(b: bytes) -> int:
-    """Reference for kernels.head: 8 bytes big-endian, zero-padded, as a signed order key."""
-    return int.from_bytes(b.ljust(8, b"\0"), "big") - (1 << 63)
+            i = bisect.bisect_left(ks, q)
+            assert db.get(q) is None
+            assert db.scan(q, 2) == [(k, k) for k in ks[i:i + 2]]
 
 
 def test_heads_ties_and_trailing_nuls_resolve_by_full_compare():
@@ -236,17 +215,24 @@ def test_heads_ties_and_trailing_nuls_resolve_by_full_compare():
     base = [b"p/" + bytes([a]) * 8 + t for a in (0, 1, 255) for t in (b"", b"\0", b"\0\0", b"x", b"\xff" * 9)]
     base += [b"p/", b"p/\0", b"p/a", b"p/a\0", b"p/\xff"]
     ks = sorted(set(base))
-    with learnedidx.open(retrain="off", group_size=16) as db:
+    with learnedidx.open(retrain="off", group_size=16, buffer_threshold=4) as db:
         db.put_many(ks, ks)
         db.retrain_now()
-        st_ = db._st
         for i, k in enumerate(ks):
             assert db.get(k) == k
-            assert st_.seek(k) == i
             assert db.scan(k, 2) == [(x, x) for x in ks[i:i + 2]]
         for q in (b"p/\0\0\0\0\0\0\0\0\0\0\0", b"p/a\0\0", b"p/\x01", b"p/\xff\xff", b"q", b"o"):
             assert db.get(q) is None
-            assert st_.seek(q) == bisect.bisect_left(ks, q)
+            i = bisect.bisect_left(ks, q)
+            assert db.scan(q, 2) == [(x, x) for x in ks[i:i + 2]]
+        # the same keys again, through the insert buffers
+        more = [k + b"\0" for k in ks]
+        for k in more:
+            db.put(k, k)
+        every = sorted(set(ks + more))
+        for i, k in enumerate(every):
+            assert db.get(k) == k and db.scan(k, 2) == [(x, x) for x in every[i:i + 2]]
+        assert contents(db._live) == {k: k for k in every}
 
 
 def test_bulk_load_into_empty_store_last_value_wins_and_survives_reopen(tmp_path):
@@ -270,9 +256,18 @@ def test_bulk_load_into_empty_store_last_value_wins_and_survives_reopen(tmp_path
         assert list(db.items()) == sorted(ref.items())
 
 
-def _feature_lens(st_):
-    return [int(K.max_key_len(st_.offsets, s, e) - K.common_prefix_len(st_.arena, st_.offsets, s, e))
-            for s, e in st_.gint[:, :2]]
+def _groups(db) -> list[list[bytes]]:
+    """The merged keys of each group, in key order."""
+    live = db._live
+    out = []
+    for g in live.root_order():
+        grp, n = live.groups[g], int(live.tab[g, L.T_N])
+        out.append([grp.kbytes[grp.offs[i]:grp.offs[i + 1]].tobytes() for i in range(n)])
+    return out
+
+
+def _feature_lens(db) -> list[int]:
+    return [max(map(len, ks)) - len(os.path.commonprefix(ks)) for ks in _groups(db) if ks]
 
 
 def test_groups_are_halved_to_bound_the_feature_length():
@@ -282,9 +277,8 @@ def test_groups_are_halved_to_bound_the_feature_length():
     ks = sorted(b"%03d/" % (i // 100) + rng.bytes(10) for i in range(4000))
     with learnedidx.open(retrain="off", group_size=512, max_features=10) as db:
         db.put_many(ks, ks)
-        st_ = db._st
-        sizes = (st_.gint[:, 1] - st_.gint[:, 0]).tolist()
-        feats = _feature_lens(st_)
+        sizes = [len(g) for g in _groups(db)]
+        feats = _feature_lens(db)
         assert min(sizes) >= 64 and len(sizes) > 4000 // 512
         assert all(f <= 10 or n < 128 for f, n in zip(feats, sizes))  # halved as far as allowed
         assert sum(n for f, n in zip(feats, sizes) if f <= 10) > len(ks) // 4  # none without halving
@@ -297,7 +291,7 @@ def test_groups_whose_feature_length_grows_are_cut_again():
                  for _ in range(4000)})
     with learnedidx.open(retrain="inline", group_size=512, max_features=10, buffer_threshold=8) as db:
         db.put_many(ks, ks)
-        assert db.stats()["groups"] == 8 and max(_feature_lens(db._st)) <= 10
+        assert db.stats()["groups"] == 8 and max(_feature_lens(db)) <= 10
         extra = [k + b"-long-suffix" for k in ks[::50]]
         for k in extra:
             db.put(k, k)

@@ -17,6 +17,7 @@ from learnedidx.errors import RemoteError, ServerUnavailableError, TooLargeError
 from learnedidx.server import protocol as P
 from learnedidx.server.client import Client
 from learnedidx.server.process import spawn
+from learnedidx.server.server import Server, ServerConfig
 
 
 def _raw(path):
@@ -290,3 +291,16 @@ def test_daemon_started_beside_a_clone_named_learnedidx_imports_the_installed_pa
     finally:
         subprocess.run(cli + ["stop", "--socket", sock], capture_output=True, timeout=60)
 
+
+
+def test_a_reply_larger_than_the_protocol_allows_becomes_a_too_large_error(tmp_path):
+    """The client refuses frames over max_message_bytes: the server answers too-large instead
+    of sending one (a grouped model with very many groups and features, say)."""
+    server = Server(ServerConfig(socket_path=str(tmp_path / "s.sock"), max_message_bytes=1000))
+    a, b = socket.socketpair()
+    with a, b:
+        assert server._reply(a, {"id": 7, "ok": True, "result": {"model": list(range(500))}})
+        reply = P.read_frame(b)
+    assert (reply["id"], reply["ok"], reply["error"]["kind"], reply["error"]["sqlstate"]) == \
+        (7, False, "too-large", TooLargeError.sqlstate)
+    assert "exceeds the protocol's limit of 1,000" in reply["error"]["message"]

@@ -15,7 +15,8 @@ import numpy as np
 from numba import njit
 
 from learnedidx.accel.engine_model import KernelCost
-from learnedidx.errors import DSLError
+from learnedidx.errors import (DSLDivisionByZeroError, DSLError, DSLOverflowError, DSLRuntimeError,
+                               LearnedIdxError)
 from learnedidx.indb.dsl.functions import FUNCTIONS, NONLINEAR, UPDATE_FUNCTIONS
 from learnedidx.indb.dsl.settings import SETTINGS, checked
 
@@ -232,9 +233,25 @@ def _bounded_update(fn, namespace: dict):
 
         bounded = {**namespace, "_int64": np.int64, "len": lambda a: np.int64(len(a)), "eye": eye, "outer": outer}
         call = types.FunctionType(fn.__code__, bounded, fn.__name__)
-        return call(*[np.int64(a) if type(a) is int else a for a in args])
+        try:
+            with np.errstate(all="ignore"):  # inf and NaN are values here, as in the kernels
+                return call(*[np.int64(a) if type(a) is int else a for a in args])
+        except LearnedIdxError:
+            raise
+        except Exception as exc:  # the algorithm's own code failed: its error, not the server's
+            raise runtime_error(exc, "update") from None
 
     return update
+
+
+def runtime_error(exc: Exception, where: str) -> DSLRuntimeError:
+    """The error of an algorithm's code that raised ``exc`` in ``where`` (division by zero and
+    overflow keep their SQLSTATEs, 22012 and 22003)."""
+    if isinstance(exc, ZeroDivisionError):
+        return DSLDivisionByZeroError(f"{where}: division by zero")
+    if isinstance(exc, (OverflowError, FloatingPointError)):
+        return DSLOverflowError(f"{where}: a value out of range ({exc})")
+    return DSLRuntimeError(f"{where}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
 
 
 def compile_algorithm(name: str, source: str) -> Algorithm:
@@ -255,7 +272,9 @@ def compile_algorithm(name: str, source: str) -> Algorithm:
     exec(compile(module, f"<dsl:{name}>", "exec"), ns)  # validated: only arithmetic and whitelisted calls
     for fn in list(funcs) + [s.name for s in split.values()]:
         if fn != "update":  # update runs as Python, once per epoch
-            ns[fn] = njit(nogil=True)(ns[fn])
+            # bounds-checked: x[100000] must raise, not read the server's memory (another
+            # call's data) or crash it
+            ns[fn] = njit(nogil=True, boundscheck=True)(ns[fn])
     if "update" in funcs:
         ns["update"] = _bounded_update(ns["update"], ns)
     compiled = {k: v for k, v in ns.items() if k in funcs or k.endswith("__split")}

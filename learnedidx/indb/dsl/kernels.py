@@ -10,6 +10,8 @@ the form ``s * a`` or ``s * outer(a, b)`` are accumulated in place (see
 """
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 from numba import njit
 
@@ -196,8 +198,18 @@ def _kernel(alg: Algorithm, key: tuple, source: str):
             ns = {**FUNCTIONS, **alg.namespace, "np": np, "_rate": rate, "_add_block": add_block,
                   "_prefetch": prefetch}
             exec(source, ns)  # generated from the validated algorithm
-            alg.kernels[key] = njit(nogil=True, fastmath={"reassoc", "contract"})(ns["_kernel"])
+            # the per-tuple code is inlined: where it indexes, indexing is bounds-checked, as in
+            # the compiled functions (x[100000] must raise, not read the server's memory)
+            alg.kernels[key] = njit(nogil=True, fastmath={"reassoc", "contract"},
+                                    boundscheck=_indexes(alg))(ns["_kernel"])
         return alg.kernels[key]
+
+
+def _indexes(alg: Algorithm) -> bool:
+    """Whether the algorithm's per-tuple functions index arrays."""
+    tree = ast.parse(alg.source)
+    return any(isinstance(node, ast.Subscript) for f in tree.body if isinstance(f, ast.FunctionDef)
+               and f.name != "update" for node in ast.walk(f))
 
 
 def _mode(alg: Algorithm, fn: str, *args) -> str:

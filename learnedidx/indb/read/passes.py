@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from learnedidx.errors import InDBError, PagesUndecodableError, TooLargeError
+from learnedidx.errors import PagesUndecodableError, ProtocolError, TooLargeError
 from learnedidx.indb.read import memory, strider
 from learnedidx.indb.read.strider import Layout
 
@@ -265,7 +265,7 @@ class StreamSource:
             elif kind == "end":
                 p.end = body
                 return False
-        raise InDBError("the data stream ended mid-pass")
+        raise ProtocolError("the data stream ended mid-pass")
 
     def _slot(self, p: _Pass, slot, fn: ChunkFn | None) -> bool:
         """Decode (or submit) a slot; True when it was decoded here and gave usable rows."""
@@ -359,7 +359,7 @@ class StreamSource:
                 wait(p.futures)
                 raise
         if not p.query and p.tuples != p.end.get("rows"):
-            raise InDBError(f"decoded {p.tuples} rows where the backend sent {p.end.get('rows')}")
+            raise ProtocolError(f"decoded {p.tuples} rows where the backend sent {p.end.get('rows')}")
         if p.first:
             self._record(p)
         return [p.results[s] for s in sorted(p.results)]
@@ -436,6 +436,12 @@ class StreamSource:
             raise TooLargeError(f"the training data need more than the server's memory limit per call "
                                 f"({self.budget:,} bytes; its administrator sets --max-call-memory)")
         return self.cached
+
+    def set_lead(self, lead: int) -> None:
+        """Columns of ones before the features, decided before the first pass starts."""
+        if self.stats.passes:
+            raise RuntimeError("the rows' shape is fixed once a pass has started")
+        self.lead = lead
 
     def drop_lead(self) -> None:
         """Read without the leading ones column from now on (the features start with ones)."""

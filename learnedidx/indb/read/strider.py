@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, types
 
-from learnedidx.errors import InDBError, PagesUndecodableError, TrainingDataError
+from learnedidx.errors import InDBError, PagesUndecodableError, ProtocolError, TrainingDataError
 from learnedidx.native import unaligned_load
 
 PAGE_SIZE = 8192
@@ -86,8 +86,16 @@ class Layout:
     def from_stream(cls, rel: dict) -> "Layout":
         """The layout the backend sent: ``attrs`` [[attlen, align], ...] for attnums 1..last and
         ``columns`` [[attnum, type oid, missing value or None, name], ...], label first."""
-        attrs = rel["attrs"]
-        n = len(attrs)
+        try:
+            attrs, columns = rel["attrs"], rel["columns"]
+            n = len(attrs)
+            ok = all(len(a) == 2 and (a[0] in (-1, -2) or 0 < a[0] <= PAGE_SIZE) and a[1] in (1, 2, 4, 8)
+                     for a in attrs) and len(columns) >= 1 and all(
+                len(c) == 4 and 1 <= c[0] <= n and (c[1] in SCALAR_CODES or c[1] in ARRAY_OIDS) for c in columns)
+        except (KeyError, TypeError):
+            ok = False
+        if not ok:  # never from PostgreSQL: a corrupt or forged stream
+            raise ProtocolError(f"a malformed relation layout in the data stream: {str(rel)[:200]}")
         slot = np.full(n, SKIP, np.int32)
         code = np.zeros(n, np.int8)
         has_missing = np.zeros(n, np.bool_)
@@ -260,7 +268,9 @@ def _tuple(b, t, end, attlen, attalign, slot, code, has_missing, missing, scal):
                     alen = _i32(b, v + ARR_DIM0) if ndim == 1 else 0
                     apos = v + ARR_DATA_1D
                     acode = ec
-                    if alen < 0 or apos + alen * ESIZE[ec] > pos + vlen:
+                    # the elements must lie inside the value (a corrupt page must not make the
+                    # kernel read past it)
+                    if ndim < 0 or alen < 0 or apos + alen * ESIZE[ec] > pos + vlen:
                         return UNDECODABLE, apos, alen, acode
         elif L == -2:  # cstring: skip to its terminator
             while data + cur < end and b[data + cur] != 0:

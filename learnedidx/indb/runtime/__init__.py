@@ -1,7 +1,8 @@
 """The runtime of in-database training: the engine loop (:mod:`.engine`), data preparation
-(:mod:`.data`), the built-in algorithms (:mod:`.builtins`) and the registry of user
-algorithms with train and predict (:mod:`.algorithms`), over algorithms compiled by
-:mod:`learnedidx.indb.dsl`::
+(:mod:`.data`), the built-in algorithms (:mod:`.builtins`), the registry of user algorithms
+with train and predict (:mod:`.algorithms`), the models of one call, one per group
+(:mod:`.models`), and MADlib's statistics of them (:mod:`.stats`), over algorithms compiled
+by :mod:`learnedidx.indb.dsl`::
 
     from learnedidx.indb import runtime
     out = runtime.train("linregr", {"X": X, "y": y}, threads=2)

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 
 from learnedidx.errors import DSLError, InDBError, NotSupportedError, ParameterError, UnknownAlgorithmError
-from learnedidx.indb.dsl import Algorithm, compile_algorithm
+from learnedidx.indb.dsl import Algorithm, compile_algorithm, settings_for
 from learnedidx.indb.runtime.builtins import ALGORITHMS, SOURCES
 from learnedidx.indb.runtime.data import with_intercept
 from learnedidx.indb.runtime.engine import StopCheck, TrainOutput, run
@@ -54,12 +54,14 @@ def get_algorithm(name: str) -> Algorithm:
 
 
 def check_params(algorithm: str, params: dict) -> None:
-    """Refuse MADlib options that would otherwise be silently ignored."""
-    if params.get("grouping_cols"):
-        raise NotSupportedError("grouping_cols is not supported: train one model per group "
-                                "(for example from a view per group)")
-    if algorithm == "logregr" and params.get("optimizer", "irls") not in ("irls", "newton"):
-        raise ParameterError(f"optimizer must be 'irls' or 'newton', not {params['optimizer']!r}")
+    """Refuse MADlib options this engine does not implement (rather than ignore them) and
+    parameters out of range, before any data is read."""
+    optimizer = params.get("optimizer", "irls")
+    if algorithm == "logregr" and optimizer not in ("irls", "newton"):
+        if optimizer in ("cg", "igd"):
+            raise NotSupportedError(f"optimizer {optimizer!r} is not supported: 'irls' (Newton's method) is")
+        raise ParameterError(f"optimizer must be 'irls', 'cg' or 'igd', not {optimizer!r}")
+    settings_for(builtin(algorithm).settings, params)
 
 
 def train(algorithm: str | Algorithm, data: dict, params: dict | None = None, *, threads: int = 2, seed: int = 0,

@@ -10,6 +10,7 @@ CHUNK_ROWS = 1 << 16
 
 
 NO_ROWS = "no rows to train on (the table is empty or every row has NULLs)"
+NO_FEATURES = "no features to train on: indep names none and the model has no intercept"
 NOT_FINITE = "the training data contains NaN or infinite values"
 
 

@@ -22,10 +22,12 @@ from typing import Callable
 import numpy as np
 
 from learnedidx.accel.engine_model import modelled_seconds
-from learnedidx.errors import CancelledError, DSLError, TrainingDataError
+from learnedidx.errors import CancelledError, DSLError, LearnedIdxError, TrainingDataError
 from learnedidx.indb.dsl import Algorithm, settings_for
+from learnedidx.indb.dsl.compiler import runtime_error
 from learnedidx.indb.dsl.kernels import SCHEDULES, accumulate_kernel, factor_kernel, loss_kernel, sgd_kernel
-from learnedidx.indb.runtime.data import NO_ROWS, NOT_FINITE, InMemory, design, factor_tuples, labels, partitions
+from learnedidx.indb.runtime.data import (NO_FEATURES, NO_ROWS, NOT_FINITE, InMemory, design, factor_tuples, labels,
+                                          partitions)
 
 StopCheck = Callable[[], bool] | None
 #: Multiply-adds a kernel call does between two looks at ``stop()`` (milliseconds of work).
@@ -70,7 +72,12 @@ def run(alg: Algorithm, data, params: dict, *, threads: int = 2, seed: int = 0,
     t0 = time.perf_counter()
     train = _train_factor if alg.form == "factor" else _train_linear
     info: dict = {"settings": s}
-    model, loss, epochs, n, d = train(alg, data, params, s, threads, seed, stop, info)
+    try:
+        model, loss, epochs, n, d = train(alg, data, params, s, threads, seed, stop, info)
+    except LearnedIdxError:
+        raise
+    except (ZeroDivisionError, OverflowError, IndexError) as exc:  # raised by the algorithm's compiled code
+        raise runtime_error(exc, alg.name) from None
     return TrainOutput(model, loss, epochs, n, time.perf_counter() - t0, modelled_seconds(alg.cost, n, d, epochs),
                        info)
 
@@ -94,6 +101,8 @@ def _checked(src) -> None:
         raise TrainingDataError(NO_ROWS)
     if not src.finite:
         raise TrainingDataError(NOT_FINITE)
+    if src.d == 0:
+        raise TrainingDataError(NO_FEATURES)
 
 
 def _all_rows(src) -> tuple[np.ndarray, np.ndarray]:
@@ -205,6 +214,8 @@ def _train_accumulate(alg, src, s, ex, stop, info):
         src.each(lambda y, X: None, ex)  # the pass's end: its row counts
         _checked(src)
     y0, X0 = first
+    if src.d == 0:
+        raise TrainingDataError(NO_FEATURES)
     w = np.zeros(src.d)
     acc = _Accumulation(alg, w, X0[0], float(y0[0]), s["labels"])
     loss_k = loss_kernel(alg)

@@ -16,8 +16,10 @@ from collections import OrderedDict
 
 import numpy as np
 
-from learnedidx.errors import BadRequestError, CancelledError, TooLargeError, TrainingDataError
+from learnedidx.errors import (BadRequestError, CancelledError, NotSupportedError, ParameterError, TooLargeError,
+                               TrainingDataError)
 from learnedidx.indb import runtime
+from learnedidx.indb.runtime import models
 from learnedidx.indb.dsl import Algorithm, compile_algorithm
 from learnedidx.indb.read import strider
 from learnedidx.indb.read.passes import StreamSource
@@ -49,12 +51,9 @@ def _dsl(name: str, source: str) -> Algorithm:
 def _threads(params: dict, limit: int) -> int:
     """The engine threads a call gets: what it asks for (default: the limit), at most the limit."""
     asked = params.pop("threads", None)
-    try:
-        n = limit if asked is None else int(asked)
-    except (TypeError, ValueError):
-        raise BadRequestError(f"threads must be a positive integer, not {asked!r}") from None
+    n = limit if asked is None else _integer(asked, "threads")
     if n < 1:
-        raise BadRequestError(f"threads must be a positive integer, not {asked!r}")
+        raise ParameterError(f"threads must be a positive integer, not {asked!r}")
     return min(n, limit)
 
 
@@ -76,49 +75,60 @@ def _factor_data(X: np.ndarray, y: np.ndarray, rank: int, threads: int, max_byte
 
 @handler("indb.train")
 def indb_train(args, arrays, ctx):
-    """Train on the data the caller streams; return the model and its statistics as JSON."""
+    """Train on the data the caller streams; return the models (one, or one per group: the
+    stream's last column numbers the groups) and their statistics as JSON."""
     limits = ctx.server.config.limits
     stream = ctx.stream
     algorithm = args["algorithm"]
+    if not isinstance(args.get("params") or {}, dict):
+        raise BadRequestError("params must be a JSON object")
     params = dict(args.get("params") or {})
+    grouped = params.pop("grouped", False) is True
     if algorithm in runtime.ALGORITHMS:
+        if grouped and algorithm == "lmf":
+            raise NotSupportedError("lmf trains one model: grouping is not supported")
         runtime.check_params(algorithm, params)  # before reading any data
         trainee: str | Algorithm = algorithm
     else:
         trainee = _dsl(algorithm, args.get("dsl_source"))
     threads = _threads(params, limits.max_threads)
-    seed = int(params.pop("seed", 0))
-    # The intercept's column of ones is reserved while decoding (and dropped again when the
-    # features turn out to start with ones): no copy of the rows to add it.
-    lead = 0 if algorithm == "lmf" or params.get("intercept") is False else 1
+    seed = _integer(params.pop("seed", 0), "seed")
     t0 = time.perf_counter()
+    # The rows arrive with the intercept's column of ones reserved (dropped again when the model
+    # has none, or when the features already start with ones): no copy of the rows to add it.
     with ctx.server.call_slot(stream), stream.watch() as closed, \
-            StreamSource(stream.request_pass, stream.release, lead=lead, threads=threads,
+            StreamSource(stream.request_pass, stream.release, lead=0 if algorithm == "lmf" else 1, threads=threads,
                          budget=limits.max_call_bytes, max_features=limits.max_features) as src:
         t_start = time.perf_counter()
-        extra: dict = {}
         if algorithm == "lmf":
-            rank = int(params.get("rank", params.get("max_rank", 10)))
-            if not 1 <= rank <= limits.max_features:
-                raise TooLargeError(f"rank {rank} is outside 1..{limits.max_features}, the server's limit")
+            rank = _integer(params.get("rank", params.get("max_rank", 10)), "max_rank")
+            if rank > limits.max_features:
+                raise TooLargeError(f"rank {rank} exceeds the server's limit of {limits.max_features}")
             src.need_all = True
             y, X = src.arrays()
             data, extra = _factor_data(X, y, rank, threads, limits.max_call_bytes)
+            out = runtime.train(trainee, data, params, threads=threads, seed=seed, stop=closed.is_set)
+            groups, shared = [models.result(None, out, len(y), {}, extra)], {"intercept": False, "num_features": 2}
         else:
-            data = src
-        out = runtime.train(trainee, data, params, threads=threads, seed=seed, stop=closed.is_set)
+            groups, shared = models.fit(trainee, src, params, grouped=grouped, threads=threads, seed=seed,
+                                        stop=closed.is_set)
     st = src.stats
-    model = {k: np.asarray(v).tolist() for k, v in out.model.items()}
-    model.update({k: v.tolist() for k, v in extra.items()})
     return {
-        "model": model, "loss": out.loss, "num_rows_processed": st.rows_total - st.rows_skipped,
-        "num_rows_skipped": st.rows_skipped, "num_iterations": out.iterations,
-        "num_features": int(src.d - src.lead), "intercept": bool(src.lead or src.ones),
-        "features_form": st.features_form, "train_seconds": time.perf_counter() - t0,
-        "accel_seconds": out.modelled_seconds, "path": st.path, "threads": threads,
+        "groups": groups, **shared, "num_rows_skipped": st.rows_skipped,
+        "num_rows_processed": st.rows_total - st.rows_skipped, "features_form": st.features_form,
+        "train_seconds": time.perf_counter() - t0, "path": st.path, "threads": threads,
         "timings": {"wait": t_start - t0, "first_pass": st.seconds, "decode": st.decode_seconds,
-                    "train": out.seconds, "passes": st.passes},
+                    "train": sum(g["train_seconds"] for g in groups), "passes": st.passes},
     }, {}
+
+
+def _integer(value, name: str) -> int:
+    try:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ParameterError(f"{name} must be an integer, not {value!r}") from None
 
 
 @handler("indb.register")

@@ -1,0 +1,316 @@
+"""Kernels that change a live index's structure: folding a group's insert buffer into its
+merged keys, splitting a group, copying a group that a pinned view still reads, publishing
+a retrained model, and growing the arrays.
+
+Each builds what it can in arrays the caller made (nothing here allocates Python objects)
+and then *publishes*: it rewrites table rows, root entries and descriptor slots in one call
+holding the GIL, so that every read sees the index before or after, never between
+(:mod:`learnedidx.index.ops`).  Group state that readers may still hold (old key arrays,
+value lists) is never changed, only replaced.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from numba import carray
+
+from learnedidx.index.layout import (
+    D_B, D_DECREF, D_INCREF, D_NROOT, D_PINGEN, D_RCAP, D_RGID, D_RHEAD, D_RPIV, D_TOMB, LIST_ITEMS, T_BORD, T_BYTES, T_ERRHI, T_ERRLO, T_FEAT,
+    ROW_COLS, T_GEN, T_HEADS, T_HPREFIX, T_MPREFIX, T_N, T_NTOMB, T_OFFS, T_P0, T_P1, T_RPREFIX, T_VITEMS, buffer, bytes_ptr,
+    coefs, common_prefix, compare, desc, head, i64_at, item, merged, root, table)
+from learnedidx.index.pyobjects import replace_item
+from learnedidx.index.search import buffer_key, lower_bound_h, model_error, predict
+from learnedidx.native import copy_from_address, load_word
+
+
+@njit(cache=True)
+def foldin_size(daddr, g):
+    """``(keys, key bytes, inserts)`` of group ``g`` once its buffer is folded in: live
+    merged keys and live buffered keys, their bytes, and how many of them were buffered."""
+    d = desc(daddr)
+    row = table(d)[g]
+    B, tomb = d[D_B], d[D_TOMB]
+    n = row[T_N]
+    _, offs, _ = merged(row)
+    vit = row[T_VITEMS]
+    keys = 0
+    nbytes = 0
+    for i in range(n):
+        if item(vit, i) != tomb:
+            keys += 1
+            nbytes += offs[i + 1] - offs[i]
+    bord = buffer(row, B)
+    ins = 0
+    for j in range(bord[0]):
+        if item(vit, n + bord[2 + 2 * j]) != tomb:
+            ins += 1
+            nbytes += buffer_key(row, B, bord, j)[1]
+    return keys + ins, nbytes, ins
+
+
+@njit(cache=True, nogil=True)
+def compute_heads(offs, kbytes, n, plen, heads) -> None:
+    """``heads[i]``: the 8 bytes of key i after the first ``plen`` (see layout)."""
+    base = kbytes.ctypes.data
+    for i in range(n):
+        heads[i] = head(base + offs[i], offs[i + 1] - offs[i], plen)
+
+
+@njit(cache=True, nogil=True)
+def key_prefix(offs, kbytes, n) -> int:
+    """Common prefix length of sorted keys 0..n-1 (first vs last suffices; 0 for one key)."""
+    if n < 2:
+        return 0
+    base = kbytes.ctypes.data
+    return common_prefix(base + offs[0], offs[1] - offs[0], base + offs[n - 1], offs[n] - offs[n - 1])
+
+
+@njit(cache=True, nogil=True)
+def set_prefix_words(row) -> None:
+    """``T_P0``/``T_P1`` of a row from its first merged key (see layout)."""
+    if row[T_N] > 0:
+        _, offs, base = merged(row)
+        p, ln = base + offs[0], offs[1] - offs[0]
+        row[T_P0] = head(p, ln, 0)
+        row[T_P1] = head(p, ln, 8)
+
+
+@njit(cache=True)
+def refresh_prefix_words(daddr, gids) -> None:
+    """:func:`set_prefix_words` of groups ``gids`` (rows written from Python)."""
+    tab = table(desc(daddr))
+    for g in gids:
+        set_prefix_words(tab[g])
+
+
+@njit(cache=True, nogil=True)
+def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit):
+    """Merged keys a..b-1 of a group (the live ones) to new positions from t on: their bytes
+    and heads in one copy each where no key of the run was deleted.  Returns the new t and
+    the keys dropped."""
+    oheads, ooffs, obase = merged(row)
+    vit = row[T_VITEMS]
+    inc, dec, tomb = d[D_INCREF], d[D_DECREF], d[D_TOMB]
+    if row[T_NTOMB] == 0 and b > a:
+        base = ooffs[a]
+        copy_from_address(kbytes, offs[t], obase + base, ooffs[b] - base)
+        shift = offs[t] - base
+        for k in range(a, b):
+            offs[t + 1 + k - a] = ooffs[k + 1] + shift
+            heads[t + k - a] = oheads[k]
+            replace_item(nvit, t + k - a, item(vit, k), inc, dec)
+        return t + b - a, 0
+    dropped = 0
+    for k in range(a, b):
+        v = item(vit, k)
+        if v == tomb:
+            dropped += 1
+            continue
+        kl = ooffs[k + 1] - ooffs[k]
+        copy_from_address(kbytes, offs[t], obase + ooffs[k], kl)
+        offs[t + 1] = offs[t] + kl
+        heads[t] = oheads[k]
+        replace_item(nvit, t, v, inc, dec)
+        t += 1
+    return t, dropped
+
+
+@njit(cache=True)
+def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
+    """Fold group ``g``'s buffer into its merged keys: the sorted union of its live merged
+    and live buffered keys goes to ``heads``/``offs``/``kbytes`` (sized by
+    :func:`foldin_size`), their values to the list at address ``vals_list`` (of Nones),
+    the new positions of the buffered keys to ``newpos``; then the group reads them.
+
+    Runs of merged keys between buffered ones are copied whole.  The model stays, and so do
+    the error bounds of the keys that were there, shifted by at most the keys inserted
+    before them (or dropped): the new bounds are the old ones widened by that, and the
+    buffered keys' own errors.  A retrain makes them tight again.  Returns ``(deleted merged
+    keys dropped, widest key length)``."""
+    d = desc(daddr)
+    row = table(d)[g]
+    B, tomb = d[D_B], d[D_TOMB]
+    inc, dec = d[D_INCREF], d[D_DECREF]
+    n = row[T_N]
+    oheads, ooffs, obase = merged(row)
+    plen = row[T_HPREFIX]
+    vit = row[T_VITEMS]
+    bord = buffer(row, B)
+    nvit = load_word(vals_list + LIST_ITEMS)
+    crow = coefs(d)[g]
+    mprefix, feat = row[T_MPREFIX], row[T_FEAT]
+    offs[0] = 0
+    t = 0
+    a = 0  # merged keys before a are copied
+    ins = 0
+    dropped = 0
+    lo = row[T_ERRLO]
+    hi = row[T_ERRHI]
+    for j in range(bord[0]):
+        v = item(vit, n + bord[2 + 2 * j])
+        if v == tomb:
+            continue
+        kp, kl = buffer_key(row, B, bord, j)
+        # Where it goes among the merged keys: heads first when it has their prefix.
+        if n == 0:
+            b = 0
+        elif kl < plen or compare(obase + ooffs[0], plen, kp, plen) != 0:
+            b = a if compare(obase + ooffs[0], ooffs[1] - ooffs[0], kp, kl) > 0 else n
+        else:
+            b = lower_bound_h(oheads, ooffs, obase, kp, kl, head(kp, kl, plen), a, n)
+        t, dr = _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit)
+        dropped += dr
+        a = b
+        copy_from_address(kbytes, offs[t], kp, kl)
+        offs[t + 1] = offs[t] + kl
+        replace_item(nvit, t, v, inc, dec)
+        newpos[ins] = t
+        ins += 1
+        e = t - np.int64(np.floor(predict(kp, kl, mprefix, feat, crow)))
+        lo = min(lo, e)
+        hi = max(hi, e)
+        t += 1
+    t, dr = _copy_run(d, row, a, n, t, heads, offs, kbytes, nvit)
+    dropped += dr
+    m = t
+    newp = key_prefix(offs, kbytes, m)
+    if newp != plen:
+        compute_heads(offs, kbytes, m, newp, heads)
+    else:
+        base = kbytes.ctypes.data
+        for k in range(ins):
+            i = newpos[k]
+            heads[i] = head(base + offs[i], offs[i + 1] - offs[i], newp)
+    widest = 0
+    for i in range(m):
+        widest = max(widest, offs[i + 1] - offs[i])
+    row[T_HEADS] = heads.ctypes.data
+    row[T_OFFS] = offs.ctypes.data
+    row[T_BYTES] = kbytes.ctypes.data
+    row[T_N] = m
+    row[T_VITEMS] = nvit
+    row[T_BORD] = bord_new.ctypes.data
+    row[T_HPREFIX] = newp
+    set_prefix_words(row)
+    row[T_ERRLO] = lo - dropped
+    row[T_ERRHI] = hi + ins
+    row[T_NTOMB] = 0
+    row[T_GEN] = d[D_PINGEN]  # nothing pinned has seen the new list and buffer
+    return dropped, widest - newp
+
+
+@njit(cache=True, nogil=True)
+def range_prefix(d, r) -> int:
+    """Bytes shared by every key root entry ``r``'s group may hold: the common prefix of
+    its pivot and the next (0 for the first group, which also holds keys before its pivot,
+    and for the last)."""
+    rhead, rpiv, _ = root(d)
+    if r == 0 or r + 1 >= d[D_NROOT]:
+        return 0
+    ap, al = bytes_ptr(rpiv[r])
+    bp, bl = bytes_ptr(rpiv[r + 1])
+    return common_prefix(ap, al, bp, bl)
+
+
+@njit(cache=True)
+def publish_split(daddr, g, r, pieces, pcoef, pivots):
+    """Replace group ``g`` (root entry ``r``, its buffer empty) by the groups of
+    ``pieces``: row k of ``pieces`` holds a group id (the first is ``g``) and its columns
+    :data:`~learnedidx.index.layout.ROW_COLS`, ``pcoef[k]`` its coefficients, ``pivots[k]`` the
+    address of its pivot ``bytes`` object (``pivots[0]``: g's own).  The root gets an entry
+    for each new group after ``r`` (its arrays have room)."""
+    d = desc(daddr)
+    tab = table(d)
+    cf = coefs(d)
+    k = pieces.shape[0]
+    nroot = d[D_NROOT]
+    cap = d[D_RCAP]  # the caller made room: nroot + k - 1 <= cap
+    H = carray(i64_at(d[D_RHEAD]), cap)
+    P = carray(i64_at(d[D_RPIV]), cap)
+    G = carray(i64_at(d[D_RGID]), cap)
+    for t in range(k):
+        gid = pieces[t, 0]
+        row = tab[gid]
+        for c in range(ROW_COLS.shape[0]):
+            row[ROW_COLS[c]] = pieces[t, 1 + c]
+        set_prefix_words(row)
+        row[T_NTOMB] = 0
+        row[T_GEN] = d[D_PINGEN]
+        cf[gid, :] = pcoef[t]
+    for s in range(nroot - 1, r, -1):
+        H[s + k - 1] = H[s]
+        P[s + k - 1] = P[s]
+        G[s + k - 1] = G[s]
+    for t in range(1, k):
+        pp, pl = bytes_ptr(pivots[t])
+        H[r + t] = head(pp, pl, 0)
+        P[r + t] = pivots[t]
+        G[r + t] = pieces[t, 0]
+    d[D_NROOT] = nroot + k - 1
+    for t in range(k):
+        tab[pieces[t, 0], T_RPREFIX] = range_prefix(d, r + t)
+
+
+@njit(cache=True)
+def publish_cow(daddr, g, vals_list, bord):
+    """Group ``g`` reads a copy of its value list and buffer from now on (the old ones stay
+    as a pinned view saw them)."""
+    d = desc(daddr)
+    row = table(d)[g]
+    row[T_VITEMS] = load_word(vals_list + LIST_ITEMS)
+    row[T_BORD] = bord.ctypes.data
+    row[T_GEN] = d[D_PINGEN]
+
+
+@njit(cache=True)
+def publish_model(daddr, g, coef, mprefix, feat):
+    """Group ``g``'s model becomes ``coef`` over the ``feat`` bytes after ``mprefix``, with
+    exact error bounds over its current merged keys; returns them."""
+    d = desc(daddr)
+    row = table(d)[g]
+    _, offs, base = merged(row)
+    lo, hi = model_error(offs, base, row[T_N], mprefix, feat, coef)
+    cf = coefs(d)
+    cf[g, :] = 0.0
+    cf[g, :coef.shape[0]] = coef
+    row[T_MPREFIX] = mprefix
+    row[T_FEAT] = feat
+    row[T_ERRLO] = lo
+    row[T_ERRHI] = hi
+    return lo, hi
+
+
+@njit(cache=True)
+def set_slots(daddr, slots, values) -> None:
+    """Descriptor slots ``slots`` take ``values``, in one call (see the module docstring)."""
+    d = desc(daddr)
+    for t in range(slots.shape[0]):
+        d[slots[t]] = values[t]
+
+
+
+@njit(cache=True)
+def root_prefix(daddr, r) -> int:
+    """:func:`range_prefix` of root entry ``r``."""
+    return range_prefix(desc(daddr), r)
+
+
+@njit(cache=True, nogil=True)
+def model_error_of(offs, kbytes, n, mprefix, feat, coef):
+    """:func:`~learnedidx.index.search.model_error` over keys 0..n-1 of a key array."""
+    return model_error(offs, kbytes.ctypes.data, n, mprefix, feat, coef)
+
+
+@njit(cache=True, nogil=True)
+def gather_keys(kbytes, offs, pos):
+    """``(arena, offsets)`` of the keys at positions ``pos`` of a key array."""
+    m = pos.shape[0]
+    o = np.zeros(m + 1, np.int64)
+    for t in range(m):
+        o[t + 1] = o[t] + offs[pos[t] + 1] - offs[pos[t]]
+    arena = np.empty(o[m], np.uint8)
+    for t in range(m):
+        a = offs[pos[t]]
+        arena[o[t]:o[t + 1]] = kbytes[a:a + o[t + 1] - o[t]]
+    return arena, o

@@ -1,0 +1,90 @@
+"""Readers under concurrent writers (docs/store.md, "Thread safety"): every read answers from
+one consistent state.
+
+A writer inserts keys ``w0, w1, ...`` one after another (interleaved in key order with
+stable keys that never change), and later deletes them in the same order.  A consistent
+state therefore holds every stable key and a *run* of the written keys: ``w0..wj`` while
+inserting, ``wi..wn`` while deleting.  A read that saw two moments would show a hole, a
+duplicate, a key outside its range or a missing stable key."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import learnedidx
+
+STABLE = [b"k%06d" % i for i in range(0, 6000, 2)]
+WRITTEN = [b"k%06d!" % i for i in range(1, 6000, 2)]  # one between each two stable keys
+INDEX = {k: i for i, k in enumerate(WRITTEN)}
+
+
+def _check(pairs, lo=None, hi=None, complete=True) -> None:
+    keys = [k for k, _ in pairs]
+    assert keys == sorted(set(keys)), "duplicates or out of order"
+    assert all((lo is None or k >= lo) and (hi is None or k < hi) for k in keys), "outside the range"
+    stable = [k for k in keys if not k.endswith(b"!")]
+    expect = [k for k in STABLE if (lo is None or k >= lo) and (hi is None or k < hi)]
+    assert stable == (expect if complete else expect[:len(stable)]), "a stable key missing"
+    written = sorted(INDEX[k] for k in keys if k.endswith(b"!"))
+    if written:  # a run of the writer's keys, within what the range covers
+        assert written == list(range(written[0], written[0] + len(written))) or _run_in_range(written, lo, hi)
+    for k, v in pairs:
+        assert v == (b"s" if not k.endswith(b"!") else b"w"), "a value of another key"
+
+
+def _run_in_range(written, lo, hi) -> bool:
+    """Within a range, a run of the writer's keys is the run cut by the range's ends."""
+    inside = [i for i, k in enumerate(WRITTEN) if (lo is None or k >= lo) and (hi is None or k < hi)]
+    pos = [inside.index(i) for i in written]
+    return pos == list(range(pos[0], pos[0] + len(pos)))
+
+
+@pytest.mark.parametrize("retrain", ["background", "inline"])
+def test_every_read_is_one_state_while_a_writer_inserts_and_deletes(retrain):
+    with learnedidx.open(retrain=retrain, group_size=64, buffer_threshold=8) as db:
+        db.put_many(STABLE, [b"s"] * len(STABLE))
+        stop = threading.Event()
+        errors: list = []
+
+        def writer():
+            while not stop.is_set():
+                for k in WRITTEN:
+                    db.put(k, b"w")
+                for k in WRITTEN:
+                    db.delete(k)
+
+        def reader(kind: int):
+            try:
+                n = 0
+                while not stop.is_set() or n < 3:
+                    n += 1
+                    lo, hi = STABLE[(n * 97) % 2000], STABLE[(n * 97) % 2000 + 700]
+                    if kind == 0:
+                        _check(list(db.range(lo, hi)), lo, hi)
+                    elif kind == 1:
+                        _check(list(db.items()))
+                        assert len(list(db)) >= len(STABLE)
+                    elif kind == 2:
+                        res = db.scan(lo, 900)
+                        _check(res, lo, complete=False)
+                        assert len(res) == 900  # stable keys alone are more than enough
+                    else:
+                        for r, start in zip(db.scan_many([lo, hi], [300, 50]), (lo, hi)):
+                            _check(r, start, complete=False)
+                        got = db.get_many(STABLE[:500] + WRITTEN[:500])
+                        assert got[:500] == [b"s"] * 500
+                        w = [i for i, v in enumerate(got[500:]) if v is not None]
+                        assert w == list(range(w[0], w[0] + len(w))) if w else True
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer)] + [threading.Thread(target=reader, args=(k,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        threading.Event().wait(4.0)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        assert not errors, errors[:3]
+        assert db.stats()["merges"] > 0

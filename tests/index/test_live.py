@@ -1,0 +1,178 @@
+"""The live index without a store: cutting, bulk building, writes through the compiled
+operations, fold-ins, splits, pinned views and copy-on-write, each checked against a dict
+and every invariant of the layout (tests/index/invariants.py)."""
+from __future__ import annotations
+
+import bisect
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from learnedidx.index import fitting, grouping
+from learnedidx.index import ops as O
+from learnedidx.index.keys import KeyBatch
+from learnedidx.index.live import MISSING, LiveIndex
+from learnedidx.index.options import StoreOptions
+from learnedidx.index.retrainer import Retrainer
+from tests.index.invariants import contents
+
+OPTS = StoreOptions(group_size=16, max_features=8, buffer_threshold=4)
+E = O.entry_points()
+keys_st = st.lists(st.binary(min_size=1, max_size=24), max_size=300, unique=True)
+
+
+def _built(ref: dict[bytes, bytes], opts: StoreOptions = OPTS) -> LiveIndex:
+    ks = sorted(ref)
+    kb = KeyBatch.from_keys(ks)
+    return grouping.build(kb.arena, kb.offsets, [ref[k] for k in ks], opts, Retrainer(opts), 64)
+
+
+def _put(live: LiveIndex, k: bytes, v: bytes) -> int:
+    """A write as the store makes it: fold a full buffer in, copy a pinned group first."""
+    while True:
+        c = E["upsert"](live.addr, k, v)
+        op, g = c & 0xFF, c >> O.GROUP_SHIFT
+        if op == O.C_NEED_COW:
+            live.copy_group(g)
+        elif op == O.C_FULL:
+            live.fold(g)
+        else:
+            if op == O.C_INSERTED_FULL:
+                live.fold(g)
+            return op
+
+
+def _delete(live: LiveIndex, k: bytes) -> bool:
+    while True:
+        c = E["delete"](live.addr, k)
+        if c & 0xFF != O.C_NEED_COW:
+            return c & 0xFF == O.C_DELETED
+        live.copy_group(c >> O.GROUP_SHIFT)
+
+
+def _scan(addr: int, k: bytes, n: int) -> list:
+    ks, vs = [None] * n, [None] * n
+    got = E["scan"](addr, k, n, id(ks), id(vs), False, MISSING)
+    return list(zip(ks[:got], vs[:got]))
+
+
+def _check(live: LiveIndex, ref: dict[bytes, bytes]) -> None:
+    assert contents(live) == ref
+    ks = sorted(ref)
+    for k in ks:
+        assert E["get"](live.addr, k) is ref[k]
+    for q in (b"\x00", b"m", b"\xff" * 30, *(k + b"\x00" for k in ks[::7])):
+        assert E["get"](live.addr, q) is (ref[q] if q in ref else MISSING)
+        i = bisect.bisect_left(ks, q)
+        assert _scan(live.addr, q, 3) == [(x, ref[x]) for x in ks[i:i + 3]]
+
+
+@settings(max_examples=40, deadline=None)
+@given(keys_st)
+def test_cut_covers_the_keys_with_groups_of_bounded_size(keys):
+    ks = sorted(keys)
+    kb = KeyBatch.from_keys(ks)
+    o = OPTS
+    bounds = fitting.cut_bounds(kb.arena, kb.offsets, 0, len(ks), o.group_size, o.min_group, o.max_features).tolist()
+    assert bounds[0] == 0 and bounds[-1] == len(ks) and bounds == sorted(set(bounds))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        assert b - a < o.group_size * 3 // 2  # a short tail joins the group before it
+        assert b - a >= o.min_group or b == len(ks)
+        # A group is halved while too wide, unless halving would go below the minimum size.
+        wide = fitting.feature_len(kb.arena, kb.offsets, a, b) > o.max_features
+        assert not wide or b - a < 2 * o.min_group
+
+
+@settings(max_examples=40, deadline=None)
+@given(keys_st)
+def test_a_built_index_holds_every_key(keys):
+    ref = {k: k[::-1] for k in keys}
+    live = _built(ref) if ref else LiveIndex.empty(OPTS, 64)
+    _check(live, ref)
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys_st, st.lists(st.tuples(st.binary(min_size=1, max_size=24), st.booleans()), max_size=200))
+def test_writes_fold_ins_and_splits_match_a_dict(keys, writes):
+    ref = {k: k[::-1] for k in keys}
+    live = _built(ref) if ref else LiveIndex.empty(OPTS, 64)
+    for i, (k, is_delete) in enumerate(writes):
+        if is_delete:
+            assert _delete(live, k) == (k in ref)
+            ref.pop(k, None)
+        else:
+            v = b"%d" % i
+            op = _put(live, k, v)
+            assert op in ((O.C_INSERTED, O.C_INSERTED_FULL) if k not in ref else (O.C_UPDATED,))
+            ref[k] = v
+    _check(live, ref)
+    for g in live.buffered_groups():  # every buffer folded in: the same pairs, none buffered
+        live.fold(g)
+    assert live.buffered() == 0
+    _check(live, ref)
+
+
+def test_long_groups_are_split_and_their_pieces_route_keys():
+    live = LiveIndex.empty(OPTS, 64)
+    ref = {}
+    for i in range(400):
+        k = b"k%05d" % (i * 7919 % 400)
+        _put(live, k, k)
+        ref[k] = k
+    assert len(live.root_order()) > 400 // (2 * OPTS.group_size)
+    _check(live, ref)
+
+
+def test_a_pinned_view_keeps_its_moment_while_writers_go_on():
+    ref = {b"k%04d" % i: b"old" for i in range(0, 300, 2)}
+    live = _built(ref)
+    view = live.pin()
+    frozen = dict(ref)
+    for i in range(300):
+        k = b"k%04d" % i
+        if i % 3 == 0 and k in ref:
+            _delete(live, k)
+            del ref[k]
+        else:
+            _put(live, k, b"new")
+            ref[k] = b"new"
+    assert live.views == [view]
+    assert _scan(view.addr, b"\x00", 1000) == sorted(frozen.items())  # the view: before every write
+    _check(live, ref)  # the index: after them
+    live.unpin(view)
+    assert live.views == [] and view.keep == []
+
+
+def test_export_of_a_view_is_every_pair_in_order():
+    ref = {bytes([i % 7]) * (i % 5 + 1) + b"%d" % i: b"v%d" % i for i in range(500)}
+    live = _built(ref)
+    for i in range(100):
+        _put(live, b"new%03d" % i, b"n")
+        ref[b"new%03d" % i] = b"n"
+    _delete(live, sorted(ref)[3])
+    del ref[sorted(ref)[3]]
+    view = live.pin()
+    for max_pairs, max_bytes in ((1 << 16, 1 << 30), (7, 1 << 30), (1000, 40), (1, 1)):
+        got = []
+        for karena, koffs, varena, voffs in live.export(view, max_pairs, max_bytes):
+            n = len(koffs) - 1
+            assert 1 <= n <= max_pairs and (n == 1 or koffs[-1] + voffs[-1] <= max_bytes)
+            got += [(karena[koffs[i]:koffs[i + 1]].tobytes(), varena[voffs[i]:voffs[i + 1]].tobytes())
+                    for i in range(n)]
+        assert got == sorted(ref.items())
+
+
+def test_adopt_keeps_the_descriptor_readers_hold():
+    live = LiveIndex.empty(OPTS, 64)
+    addr = live.addr
+    ref = {b"a%03d" % i: b"x" for i in range(100)}
+    live.adopt(_built(ref))
+    assert live.addr == addr
+    _check(live, ref)
+
+
+def test_lists_resized_by_another_thread_are_read_by_their_size_at_the_call():
+    live = _built({b"a": b"1", b"b": b"2"})
+    keys = [b"a", b"b", b"zz"]
+    out = [None] * 2  # shorter than keys: only as many as both hold are read
+    assert E["get_many"](live.addr, id(keys), id(out)) == -1 and out == [b"1", b"2"]
