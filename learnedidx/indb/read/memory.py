@@ -63,6 +63,18 @@ def idle_bytes() -> int:
         return sum(len(m) for _, m in _idle)
 
 
+def small_pages_for_temporaries() -> None:
+    """numpy advises huge pages for every array of 4 MiB or more; a server's temporaries
+    (checks, statistics, a label mapping: one pass over the rows each) then pay the slow
+    huge-page faults above, several times what they compute.  Only the regions here, which
+    training reads again and again, ask for huge pages."""
+    try:
+        from numpy._core.multiarray import _set_madvise_hugepage
+    except ImportError:  # numpy 1
+        from numpy.core.multiarray import _set_madvise_hugepage
+    _set_madvise_hugepage(False)
+
+
 def _close(region: mmap.mmap) -> None:
     try:
         region.close()

@@ -389,6 +389,8 @@ class StreamSource:
             if cache is not p.cache:
                 cache.release()
         self._caches = [p.cache] if p.cache is not None else []
+        if self.cached is not None:  # no pass will stream again: the decoding threads may go
+            self.pool.shutdown(wait=True)
 
     # ------------------------------------------------------------------ the consumer's side
     def peek(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -422,8 +424,9 @@ class StreamSource:
             return self._complete(self._new_pass(True), fn)
         if self.cached is not None:
             y, X = self.cached
-            return list((ex or self.pool).map(lambda a: fn(y[a:a + chunk_rows], X[a:a + chunk_rows]),
-                                              range(0, len(y), chunk_rows)))
+            chunks = range(0, len(y), chunk_rows)
+            return list((ex.map if ex is not None else map)(lambda a: fn(y[a:a + chunk_rows], X[a:a + chunk_rows]),
+                                                            chunks))
         return self._complete(self._new_pass(False), fn)
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:

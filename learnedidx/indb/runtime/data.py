@@ -88,14 +88,18 @@ class InMemory:
     """Rows held in memory, as the engine reads any source of rows: in chunks, pass after pass
     (:class:`learnedidx.indb.read.passes.StreamSource` is the other, the caller's stream).
 
-    ``X`` is the design matrix as :func:`design` makes it; checked at once."""
+    ``X`` is the design matrix as :func:`design` makes it; checked at once, unless the caller
+    ``checked`` it already."""
 
     lead = 0  # the intercept's column, if any, is part of X already
     ones = False  # ... so no leading ones column is left to drop
     finite = True  # check() refused anything else
 
-    def __init__(self, X: np.ndarray, y: np.ndarray) -> None:
-        check(X, y)
+    def __init__(self, X: np.ndarray, y: np.ndarray, checked: bool = False) -> None:
+        if not checked:
+            check(X, y)
+        elif len(y) == 0:
+            raise TrainingDataError(NO_ROWS)
         self.X, self.y = X, np.ascontiguousarray(y, np.float64)
         self.n, self.d = X.shape
 

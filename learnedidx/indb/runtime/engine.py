@@ -124,38 +124,55 @@ def _train_linear(alg, data, params, s, threads, seed, stop, info):
             return _train_accumulate(alg, src, s, ex, stop, info)
         y, X = _all_rows(src)
         y, extra = labels(y, s["labels"], alg.name)
-        n = len(y)
-        parts = partitions(n, threads)
-        w = np.zeros(X.shape[1])
-        loss_k = loss_kernel(alg)
-        prev, loss, ep = np.inf, float("nan"), 0
-        kernel = sgd_kernel(alg, w, X[0], y[0])
-        rng = np.random.default_rng(seed)
-        sched, batch = SCHEDULES[s["schedule"]], int(s["batch_size"])
-        # each epoch's order: rng.permutation(np.arange(p.start, p.stop)), shuffled in place
-        orders = [np.arange(p.start, p.stop) for p in parts]
-        for ep in rounds(1, int(s["epochs"]), stop):
-            lr = s["learning_rate"] * (0.5 ** ((ep - 1) // 10) if s["schedule"] == "step" else 1.0)
-            for p, o in zip(parts, orders):
-                if ep > 1:
-                    o[:] = 1  # back to range(p.start, p.stop), without allocating it again
-                    o[0] = p.start
-                    np.cumsum(o, out=o)
-                rng.shuffle(o)
-            tbase = (ep - 1) * max(1, len(orders[0]) // max(1, batch))
+        with ThreadPoolExecutor(1, thread_name_prefix="learnedidx-shuffle") as shuffler:
+            w, loss, ep = _sgd_epochs(alg, X, y, s, partitions(len(y), threads), seed, ex, shuffler, stop)
+    return {"coef": w, **extra}, loss, ep, len(y), X.shape[1]
 
-            def epoch(o, m, t):  # pieces of whole mini-batches: the same steps as one call
-                for i, j in _pieces(0, len(o), X.shape[1], stop, batch):
-                    m = kernel(X, y, m, lr, sched, t + i // batch, o[i:j], batch, float(s["l2"]))
-                return m
 
-            models = list(ex.map(lambda o: epoch(o, w.copy(), tbase), orders))
-            w = np.mean(models, axis=0) if s["merge"] == "average" else w + np.sum(models, axis=0) - len(models) * w
-            loss = _loss(ex, loss_k, parts, (X, y), (w,), stop, X.shape[1]) / n if loss_k else float("nan")
-            if abs(prev - loss) < s["tolerance"]:
-                break
-            prev = loss
-    return {"coef": w, **extra}, loss, ep, n, X.shape[1]
+def _sgd_epochs(alg, X, y, s, parts, seed, ex, shuffler, stop):
+    """SGD epochs, each thread on its partition in a random order with its own copy of the
+    model, the copies merged after each epoch: (w, loss, epochs)."""
+    n = len(y)
+    w = np.zeros(X.shape[1])
+    loss_k = loss_kernel(alg)
+    prev, loss, ep = np.inf, float("nan"), 0
+    kernel = sgd_kernel(alg, w, X[0], y[0])
+    rng = np.random.default_rng(seed)
+    sched, batch = SCHEDULES[s["schedule"]], int(s["batch_size"])
+    # Each epoch's order per partition is rng.permutation(np.arange(p.start, p.stop)), drawn in
+    # the same sequence, but shuffled in place, one epoch ahead, on a thread of its own, while
+    # the epoch before runs.
+    buffers = [[np.empty(p.stop - p.start, np.int64) for p in parts] for _ in range(2)]
+
+    def shuffled(orders: list) -> list:
+        for p, o in zip(parts, orders):
+            o[:] = 1  # range(p.start, p.stop), without allocating it
+            o[0] = p.start
+            np.cumsum(o, out=o)
+            rng.shuffle(o)
+        return orders
+
+    epochs = int(s["epochs"])
+    ahead = shuffler.submit(shuffled, buffers[0])
+    for ep in rounds(1, epochs, stop):
+        lr = s["learning_rate"] * (0.5 ** ((ep - 1) // 10) if s["schedule"] == "step" else 1.0)
+        orders = ahead.result()
+        if ep < epochs:
+            ahead = shuffler.submit(shuffled, buffers[ep % 2])
+        tbase = (ep - 1) * max(1, len(orders[0]) // max(1, batch))
+
+        def epoch(o, m, t):  # pieces of whole mini-batches: the same steps as one call
+            for i, j in _pieces(0, len(o), X.shape[1], stop, batch):
+                m = kernel(X, y, m, lr, sched, t + i // batch, o[i:j], batch, float(s["l2"]))
+            return m
+
+        models = list(ex.map(lambda o: epoch(o, w.copy(), tbase), orders))
+        w = np.mean(models, axis=0) if s["merge"] == "average" else w + np.sum(models, axis=0) - len(models) * w
+        loss = _loss(ex, loss_k, parts, (X, y), (w,), stop, X.shape[1]) / n if loss_k else float("nan")
+        if abs(prev - loss) < s["tolerance"]:
+            break
+        prev = loss
+    return w, loss, ep
 
 
 class _Accumulation:

@@ -17,7 +17,8 @@ from learnedidx.errors import TrainingDataError
 from learnedidx.indb.dsl import Algorithm
 from learnedidx.indb.runtime import stats
 from learnedidx.indb.runtime.algorithms import train
-from learnedidx.indb.runtime.data import NO_FEATURES, check, two_values
+from learnedidx.indb.runtime.data import NO_FEATURES, NOT_FINITE, InMemory, two_values
+from learnedidx.indb.runtime.data import design as with_design
 from learnedidx.indb.runtime.engine import StopCheck, TrainOutput
 
 
@@ -71,8 +72,9 @@ def fit(trainee: str | Algorithm, src, params: dict, *, grouped: bool, threads: 
     intercept = ones or params.get("intercept") is not False
     data_X = design if intercept and not ones else X  # the design's column of ones: no copy to add it
     extra: dict = {}
+    if not src.finite:  # the stream's decoding saw every value: no pass over them to check again
+        raise TrainingDataError(NOT_FINITE)
     if name == "svm":
-        check(data_X, y)
         values = two_values(y)
         if values is None:
             raise TrainingDataError(f"svm needs exactly two label values, not {len(np.unique(y))}")
@@ -88,7 +90,8 @@ def fit(trainee: str | Algorithm, src, params: dict, *, grouped: bool, threads: 
     for group, rows in parts:
         Xg, yg = data_X[rows], y[rows]
         p = {**params, "lambda": params["lambda"] / len(yg)} if per_model and "lambda" in params else params
-        out = train(trainee, {"X": Xg, "y": yg}, p, threads=threads, seed=seed, stop=stop)
+        out = train(trainee, InMemory(with_design(Xg, p), yg, checked=True), p, threads=threads, seed=seed,
+                    stop=stop)
         results.append(result(group, out, len(yg), _statistics(name, out, Xg, yg, len(yg)), extra))
     return results, {"intercept": bool(intercept), "num_features": int(X.shape[1])}
 

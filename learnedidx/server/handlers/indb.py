@@ -19,9 +19,9 @@ import numpy as np
 from learnedidx.errors import (BadRequestError, CancelledError, NotSupportedError, ParameterError, TooLargeError,
                                TrainingDataError)
 from learnedidx.indb import runtime
-from learnedidx.indb.runtime import models
+from learnedidx.indb.runtime import models, stats
 from learnedidx.indb.dsl import Algorithm, compile_algorithm
-from learnedidx.indb.read import strider
+from learnedidx.indb.read import memory, strider
 from learnedidx.indb.read.passes import StreamSource
 from learnedidx.server.registry import handler, on_start
 
@@ -142,7 +142,8 @@ def indb_register(args, arrays, ctx):
 @on_start
 def warm_up(server) -> None:
     """Compile the Strider's and the built-in algorithms' kernels once at start, so that no
-    call pays for it."""
+    call pays for it; keep huge pages for the rows training reads again (memory.py)."""
+    memory.small_pages_for_temporaries()
     strider.warm_up()
     rng = np.random.default_rng(0)
     X = np.c_[np.ones(64), rng.normal(size=(64, 2))]
@@ -153,3 +154,4 @@ def warm_up(server) -> None:
             runtime.train(name, data, {"max_iter": 1}, threads=2)
         except CancelledError:
             return
+    stats.svm(np.zeros(3), X, 2 * y - 1, 0.1, np.ones(3, bool))
