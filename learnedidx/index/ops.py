@@ -394,13 +394,17 @@ def _scan(d, qp, ql, count, outk, outv, at, excl, hp, hl) -> int:
     return got
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def export(daddr, state, max_pairs, max_bytes, karena, koffs, varena, voffs, fill):
-    """The live (key, value) pairs of the index in key order from position ``state`` (root
-    entry, merged position, buffer entry; a pinned view's, so that it stays the same between
-    calls), as many as fit in ``max_pairs`` pairs and ``max_bytes`` bytes (at least one):
-    with ``fill``, their bytes into ``karena``/``varena`` at ``koffs``/``voffs`` and
-    ``state`` moved past them.  Returns ``(pairs, key bytes, value bytes)``."""
+    """The live (key, value) pairs of a pinned view (``daddr``) in key order from position
+    ``state`` (root entry, merged position, buffer entry), as many as fit in ``max_pairs``
+    pairs and ``max_bytes`` bytes (at least one): with ``fill``, their bytes into
+    ``karena``/``varena`` at ``koffs``/``voffs`` and ``state`` moved past them.  Returns
+    ``(pairs, key bytes, value bytes)``.
+
+    The one operation that releases the GIL: everything a view reads stays as it is and
+    alive while it is pinned (writers copy around it), and this reads bytes, no reference
+    counts, so a checkpoint copies while writers go on."""
     d = desc(daddr)
     _, _, rgid = root(d)
     tab = table(d)
