@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 import threading
 import time
@@ -47,6 +48,8 @@ from learnedidx.index.options import StoreOptions
 from learnedidx.index.retrainer import Retrainer, RetrainQueue
 
 __all__ = ["Store", "StoreOptions", "KeyBatch"]
+
+log = logging.getLogger(__name__)
 
 _CHUNK = 1024  # pairs an iterator reads from its view per call
 
@@ -81,6 +84,7 @@ class Store:
         self._retrainer = Retrainer(opts)
         self._wlock = threading.Lock()  # serializes writers
         self._ckpt_lock = threading.Lock()  # one checkpoint at a time
+        self._ckpt_thread: threading.Thread | None = None  # the automatic one, past checkpoint_bytes
         self._closed = False
         self._size = 0
         self._stats = {"merges": 0, "splits": 0, "merge_seconds": 0.0}
@@ -261,10 +265,29 @@ class Store:
             c = self._upsert(self._addr, k, v)
             if c & 0xFF:
                 self._written(c, k, v)
-        if self._queue.must_wait():
-            self._queue.wait()
+        self._after_write()
 
     __setitem__ = put
+
+    def _after_write(self) -> None:
+        """After a write (writer lock released): wait for the retrainer when its backlog is
+        past the limit, take a checkpoint when the log is past ``checkpoint_bytes``."""
+        if self._queue.must_wait():
+            self._queue.wait()
+        dur = self._dur
+        if (dur is not None and dur.appended > self.options.checkpoint_bytes and self._ckpt_thread is None
+                and not self._closed):
+            self._ckpt_thread = threading.Thread(target=self._auto_checkpoint, name="learnedidx-checkpoint",
+                                                 daemon=True)
+            self._ckpt_thread.start()
+
+    def _auto_checkpoint(self) -> None:
+        try:
+            self._checkpoint()
+        except Exception:  # the log still holds every write; the next checkpoint tries again
+            log.exception("automatic checkpoint of %s failed", self._dur.dir if self._dur else None)
+        finally:
+            self._ckpt_thread = None
 
     def _exact_key(self, key: Any) -> bytes:
         k = self._key(key)
@@ -313,6 +336,7 @@ class Store:
             if self._dur is not None:
                 self._dur.log_delete(k)
             self._remove(k)
+        self._after_write()
         return True
 
     def _remove(self, k: bytes) -> bool:
@@ -357,8 +381,7 @@ class Store:
                 self._bulk_load(klist, vlist)
             else:
                 self._apply(klist, vlist, [None] * len(klist))
-        if self._queue.must_wait():
-            self._queue.wait()
+        self._after_write()
 
     def apply_many(self, keys: Any, values: Sequence[Any]) -> list:
         """Reads and writes in order, as one call: where ``values[i]`` is None, ``keys[i]``
@@ -379,8 +402,7 @@ class Store:
             if self._dur is not None:
                 self._dur.log_batch([(OP_PUT, k, v) for k, v in zip(klist, vlist) if v is not None])
             self._apply(klist, vlist, out)
-        if self._queue.must_wait():
-            self._queue.wait()
+        self._after_write()
         return out
 
     def _apply(self, klist: list, vlist: list, out: list) -> None:
@@ -487,6 +509,9 @@ class Store:
                 return
             self._closed = True
             FI.set_slots(self._addr, np.array([L.D_MAXLEN], np.int64), np.zeros(1, np.int64))
+        ck = self._ckpt_thread
+        if ck is not None:
+            ck.join()
         if self._dur is not None:
             try:
                 self._checkpoint()

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -554,3 +555,26 @@ def test_a_put_racing_close_completes_or_gets_store_closed(tmp_path, retrain):
         assert errors == []
         with learnedidx.open(path, retrain="off") as db2:
             assert dict(db2.items()) == acked
+
+
+def test_a_log_past_checkpoint_bytes_is_checkpointed_on_its_own(tmp_path):
+    """docs/store.md, Files: a checkpoint is taken when the log exceeds checkpoint_bytes, by
+    a thread of its own while writes go on; the log segments it covers are dropped."""
+    ref = {}
+    with learnedidx.open(tmp_path / "db", retrain="off", sync="off", checkpoint_bytes=4096,
+                         group_size=32, buffer_threshold=8) as db:
+        for i in range(3000):
+            k = b"k%05d" % (i * 7 % 3000)
+            db.put(k, b"v%d" % i)
+            ref[k] = b"v%d" % i
+            if i % 5 == 0:
+                db.delete(b"k%05d" % (i % 97))
+                ref.pop(b"k%05d" % (i % 97), None)
+        deadline = time.time() + 20
+        while time.time() < deadline and not list((tmp_path / "db").glob("checkpoint-*.ckpt")):
+            time.sleep(0.01)
+        assert list((tmp_path / "db").glob("checkpoint-*.ckpt"))
+        logs = sum(p.stat().st_size for p in (tmp_path / "db").glob("wal-*.log"))
+        assert logs < 3000 * 20  # most of the log went into checkpoints
+    with learnedidx.open(tmp_path / "db", retrain="off") as db:
+        assert dict(db.items()) == ref
