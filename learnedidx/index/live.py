@@ -305,6 +305,7 @@ class LiveIndex:
         pcoef = np.zeros((k, self.cols))
         pivots = np.zeros(k, np.int64)
         old_vals = grp.vals
+        steal = not (self.D[L.D_PINS] > 0 and row[L.T_GEN] < self.D[L.D_PINGEN])  # no view reads old_vals
         kb, offs = grp.kbytes, grp.offs
         sizes = np.diff(bounds)
         shares = (grp.untrained * sizes // max(int(sizes.sum()), 1)).tolist()  # its backlog, spread
@@ -319,7 +320,8 @@ class LiveIndex:
             c = parent.copy()
             c[0] -= s  # the parent's model, for positions counted from this piece's first key
             lo, hi = FI.model_error_of(o, kb, n, mprefix, feat, c)
-            vals = old_vals[s:e] + [None] * (2 * B)
+            vals = [None] * (n + 2 * B)
+            FI.move_values(self.addr, id(old_vals), s, e, id(vals), steal)
             bord = np.zeros(1 + 2 * B, np.int64)
             pivot = grp.pivot if t == 0 else kb[offs[s]:offs[s + 1]].tobytes()
             made.append(Group(h, o, kb, vals, bord, pivot, None, [], shares[t]))

@@ -112,6 +112,20 @@ INCREF, DECREF = _INCREF, _DECREF
 
 
 @njit(cache=True, nogil=True)
+def move_item(src, i, dst, j, steal, incref, decref) -> None:
+    """Slot ``i`` of item array ``src`` into slot ``j`` of item array ``dst`` (a fresh list's,
+    holding None).  With ``steal`` the two slots swap their pointers: the reference moves
+    to ``dst`` and ``src`` keeps the None (no count changes, and the object itself is not
+    touched: no cache miss on it); only for a list nothing else will read."""
+    obj = load_word(src + 8 * i)
+    if steal:
+        store_word(src + 8 * i, load_word(dst + 8 * j))
+        store_word(dst + 8 * j, obj)
+    else:
+        replace_item(dst, j, obj, incref, decref)
+
+
+@njit(cache=True, nogil=True)
 def replace_item(items, i, obj, incref, decref) -> None:
     """Put the object at ``obj`` in slot ``i`` of a list's item array (at ``items``), taking
     a reference to it and releasing the one to what the slot held (GIL held; releasing a

@@ -394,8 +394,12 @@ class Store:
         self._check_open()
         klist, vlist = self._batch(keys, values, True)
         out = [None] * len(klist)
-        if all(v is None for v in vlist):
+        nreads = vlist.count(None)
+        if nreads == len(vlist):  # reads only: no lock, no log
             self._get_many(self._addr, id(klist), id(out))
+            return out
+        if nreads == 0:  # writes only: put_many's (which bulk-loads an empty store)
+            self.put_many(klist, vlist)
             return out
         with self._wlock:
             self._check_open()
