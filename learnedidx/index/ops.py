@@ -23,7 +23,7 @@ from numba import njit, types
 
 from learnedidx.index.layout import (
     BYTES_DATA, D_B, D_BYTES_NEW, D_BYTES_TYPE, D_DECREF, D_INCREF, D_MAXLEN, D_MISSING, D_NONE, D_NROOT, D_PINGEN,
-    D_PINS, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_GEN, T_N, T_NTOMB, T_RPREFIX, T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item,
+    D_PINS, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_BORD, T_GEN, T_N, T_NTOMB, T_RPREFIX, T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item,
     merged, root, table)
 from learnedidx.index.pyobjects import replace_item
 from learnedidx.index.search import (
@@ -96,6 +96,12 @@ def _upsert(d, k, qp, ql, v) -> int:
     gbits = g << GROUP_SHIFT
     inc, dec, tomb = d[D_INCREF], d[D_DECREF], d[D_TOMB]
     vit = row[T_VITEMS]
+    B = d[D_B]
+    bord = buffer(row, B)
+    # Loads the write will wait for whatever it finds, started now so that they overlap the
+    # search: the value object (its count goes up), the buffer's count and first entries.
+    prefetch_address(v)
+    prefetch_address(row[T_BORD])
     i = merged_find(row, coefs(d)[g], qp, ql)
     if i >= 0:
         if _cow_needed(d, row):
@@ -106,9 +112,9 @@ def _upsert(d, k, qp, ql, v) -> int:
             row[T_NTOMB] -= 1
             return C_INSERTED | gbits
         return C_UPDATED | gbits
-    B = d[D_B]
     n = row[T_N]
-    bord = buffer(row, B)
+    cnt = bord[0]
+    prefetch_address(vit + 8 * (n + cnt))  # the slot a new key's value would take
     j, found = buffer_search(row, B, bord, qp, ql)
     if found:
         if _cow_needed(d, row):
@@ -117,7 +123,6 @@ def _upsert(d, k, qp, ql, v) -> int:
         old = item(vit, s)
         replace_item(vit, s, v, inc, dec)
         return (C_INSERTED if old == tomb else C_UPDATED) | gbits
-    cnt = bord[0]
     if cnt >= B:
         return C_FULL | gbits
     if _cow_needed(d, row):

@@ -65,6 +65,19 @@ def items_address(lst: list) -> int:
     return addr if ok else 0
 
 
+_UNTRACK = ctypes.pythonapi.PyObject_GC_UnTrack
+_UNTRACK.argtypes = [ctypes.py_object]
+_UNTRACK.restype = None
+
+
+def untracked(lst: list) -> list:
+    """``lst``, no longer traversed by the cyclic collector.  For lists that hold only
+    objects that cannot reach them back (``bytes``, None, sentinels): such a list is in no
+    cycle, and a store's millions of value references then cost the collector nothing."""
+    _UNTRACK(lst)
+    return lst
+
+
 _AHEAD = 8  # objects prefetched ahead of the one being read
 
 

@@ -25,7 +25,6 @@ Retraining takes the writer lock only to take its inputs and to publish its resu
 """
 from __future__ import annotations
 
-import contextlib
 import gc
 import logging
 import os
@@ -54,17 +53,20 @@ log = logging.getLogger(__name__)
 _CHUNK = 1024  # pairs an iterator reads from its view per call
 
 
-@contextlib.contextmanager
-def _no_gc():
+class _NoGC:
     """No cyclic collection (which may run finalizers, and so any code) in the middle of a
     structural change of the index."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
+
+    def __enter__(self) -> None:
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.was:
             gc.enable()
+
+
+_no_gc = _NoGC
 
 
 class Store:
@@ -260,12 +262,20 @@ class Store:
         with self._wlock:
             if self._closed:
                 raise StoreClosedError("the store is closed")
-            if self._dur is not None:
-                self._dur.log_put(k, v)
+            dur = self._dur
+            if dur is not None:
+                dur.log_put(k, v)
             c = self._upsert(self._addr, k, v)
-            if c & 0xFF:
-                self._written(c, k, v)
-        self._after_write()
+            op = c & 0xFF
+            if op == O.C_INSERTED:  # the usual insert, inline: a call costs as much as the write
+                self._size += 1
+                c = 0
+            elif op:
+                c = self._written(c, k, v)
+            else:
+                c = 0
+        if c or dur is not None:
+            self._after_write()
 
     __setitem__ = put
 
@@ -293,24 +303,27 @@ class Store:
         k = self._key(key)
         return k if type(k) is bytes else bytes(k)
 
-    def _written(self, code: int, k: bytes, v: bytes) -> None:
-        """The rest of a write whose code was not C_UPDATED (writer lock held)."""
+    def _written(self, code: int, k: bytes, v: bytes) -> bool:
+        """The rest of a write whose code was not C_UPDATED (writer lock held); True when it
+        folded a buffer in (which may call for a stall, :meth:`_after_write`)."""
+        folded = False
         while True:
             op, g = code & 0xFF, code >> O.GROUP_SHIFT
             if op == O.C_INSERTED:
                 self._size += 1
-                return
+                return folded
             if op == O.C_INSERTED_FULL:
                 self._size += 1
                 self._fold(g)
-                return
+                return True
             if op == O.C_UPDATED:
-                return
+                return folded
             if op == O.C_NEED_COW:
                 with _no_gc():
                     self._live.copy_group(g)
             elif op == O.C_FULL:
                 self._fold(g)
+                folded = True
             else:
                 raise LearnedIdxError(f"write refused with code {op}")
             code = self._upsert(self._addr, k, v)
