@@ -269,13 +269,15 @@ def publish_cow(daddr, g, vals_list, bord):
 
 
 @njit(cache=True)
-def publish_model(daddr, g, coef, mprefix, feat):
+def publish_model(daddr, g, coef, mprefix, feat, lo, hi, have_bounds):
     """Group ``g``'s model becomes ``coef`` over the ``feat`` bytes after ``mprefix``, with
-    exact error bounds over its current merged keys; returns them."""
+    error bounds ``lo``/``hi`` when ``have_bounds`` (they must be exact for its keys now),
+    else exact ones computed here over its merged keys."""
     d = desc(daddr)
     row = table(d)[g]
-    _, offs, base = merged(row)
-    lo, hi = model_error(offs, base, row[T_N], mprefix, feat, coef)
+    if not have_bounds:
+        _, offs, base = merged(row)
+        lo, hi = model_error(offs, base, row[T_N], mprefix, feat, coef)
     cf = coefs(d)
     cf[g, :] = 0.0
     cf[g, :coef.shape[0]] = coef
@@ -283,7 +285,6 @@ def publish_model(daddr, g, coef, mprefix, feat):
     row[T_FEAT] = feat
     row[T_ERRLO] = lo
     row[T_ERRHI] = hi
-    return lo, hi
 
 
 @njit(cache=True)

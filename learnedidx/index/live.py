@@ -337,8 +337,13 @@ class LiveIndex:
         return gids
 
     # ------------------------------------------------------------------ models
-    def publish_model(self, g: int, coef: np.ndarray, prefix: int, feat: int) -> tuple[int, int]:
-        return FI.publish_model(self.addr, g, np.ascontiguousarray(coef, np.float64), prefix, feat)
+    def publish_model(self, g: int, coef: np.ndarray, prefix: int, feat: int,
+                      bounds: tuple[int, int] | None = None) -> None:
+        """Group ``g``'s model becomes ``coef`` over ``feat`` bytes after ``prefix``, with
+        ``bounds`` when they are exact for its keys now, else bounds computed here."""
+        lo, hi = bounds if bounds is not None else (0, -1)
+        FI.publish_model(self.addr, g, np.ascontiguousarray(coef, np.float64), prefix, feat, lo, hi,
+                         bounds is not None)
 
     # ------------------------------------------------------------------ inspection
     def root_order(self) -> list[int]:

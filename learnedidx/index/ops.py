@@ -23,15 +23,15 @@ from numba import njit, types
 
 from learnedidx.index.layout import (
     BYTES_DATA, D_B, D_BYTES_NEW, D_BYTES_TYPE, D_DECREF, D_INCREF, D_MAXLEN, D_MISSING, D_NONE, D_NROOT, D_PINGEN,
-    D_PINS, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_BORD, T_GEN, T_N, T_NTOMB, T_RPREFIX, T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item,
+    D_PINS, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_BORD, T_FEAT, T_MPREFIX, T_GEN, T_N, T_NTOMB, T_RPREFIX, T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item,
     merged, root, table)
 from learnedidx.index.pyobjects import replace_item
 from learnedidx.index.search import (
     buffer_search, exact, find_root, find_root_near, finish, heads_bound, merged_find, merged_lower_bound, next_pair,
-    prefetch_window, radix_order, window)
+    predict, prefetch_window, radix_order, window)
 from learnedidx.native import (
-    address_of, as_ref, call_with_address, call_with_two, copy_from_address, load_word, prefetch_address, pyref,
-    store_word)
+    address_of, as_ref, call_with_address, call_with_two, copy_from_address, load_word, prefetch, prefetch_address,
+    pyref, store_word)
 
 # Write codes (low byte), the group id above GROUP_SHIFT.
 C_UPDATED, C_INSERTED, C_INSERTED_FULL, C_NEED_COW, C_FULL, C_BAD_KEY, C_BAD_VALUE, C_NOT_FOUND, C_DELETED = range(9)
@@ -272,6 +272,32 @@ def get_many(daddr, keys, out) -> int:
     return -1
 
 
+_AHEAD = 6  # operations of apply_many whose lines are prefetched ahead of the one being done
+
+
+@njit(cache=True, nogil=True)
+def _prefetch_op(d, k) -> None:
+    """Start loading what an operation on key object ``k`` will read first: its group's
+    merged keys around the model's prediction (heads, offsets, value slots) and its insert
+    buffer.  A batch is done in order (a read sees the earlier writes), so its operations'
+    misses cannot be overlapped the way get_many's are; prefetching a few operations ahead
+    overlaps them anyway (nothing here changes, and a prefetch never faults)."""
+    qp, ql = _query(d, k)
+    if ql < 0:
+        return
+    g = root(d)[2][find_root(d, qp, ql)]
+    row = table(d)[g]
+    n = row[T_N]
+    prefetch_address(row[T_BORD])
+    if n == 0:
+        return
+    heads, offs, _ = merged(row)
+    p = min(max(np.int64(np.floor(predict(qp, ql, row[T_MPREFIX], row[T_FEAT], coefs(d)[g]))), 0), n - 1)
+    prefetch(heads, p)
+    prefetch(offs, p)
+    prefetch_address(row[T_VITEMS] + 8 * p)
+
+
 @njit(cache=True)
 def apply_many(daddr, keys, values, out, start, counts) -> int:
     """Operations ``start..`` of lists ``keys``/``values`` in order: where the value is
@@ -288,6 +314,8 @@ def apply_many(daddr, keys, values, out, start, counts) -> int:
     oit, mo = _list(out)
     m = min(m, mv, mo)
     for t in range(start, m):
+        if t + _AHEAD < m:
+            _prefetch_op(d, item(kit, t + _AHEAD))
         k = item(kit, t)
         qp, ql = _query(d, k)
         if ql < 0:
