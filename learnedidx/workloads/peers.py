@@ -370,6 +370,7 @@ class SIndexFixedAdapter(SIndexAdapter):
 PEERS: dict[str, tuple[type[Adapter], dict]] = {
     "learnedidx": (LearnedIndexAdapter, {"retrain": "background"}),
     "learnedidx-inline": (LearnedIndexAdapter, {"retrain": "inline"}),
+    "learnedidx-fpga": (LearnedIndexAdapter, {"retrain": "background", "trainer": "fpga-emu"}),
     "sorteddict": (SortedDictAdapter, {}),
     "oobtree": (OOBTreeAdapter, {}),
     "sortedlist": (SortedListAdapter, {}),
