@@ -65,11 +65,13 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(Path("bench-out/compare"), help="output folder"),
         seed: int = typer.Option(0),
         repeat: int = typer.Option(1, min=1, help="runs per peer and mode (each loads afresh); the median counts"),
+        prop: list[str] = typer.Option([], "-p", help="property override name=value for every workload (repeatable), "
+                                                      "e.g. -p fieldcount=1 for 100-byte values"),
         sindex_driver: Optional[Path] = typer.Option(
             None, help="the SIndex driver program for the sindex peers (default: $LEARNEDIDX_SINDEX_DRIVER)"),
     ) -> None:
         """Run every peer on identical operation streams; ratios are learnedidx / peer."""
-        from learnedidx.workloads.cli import run_peers, ycsb_streams
+        from learnedidx.workloads.cli import parse_overrides, run_peers, ycsb_streams
         from learnedidx.workloads.peers import PEERS, SINDEX_DRIVER_ENV, available_peers
         from learnedidx.workloads.sindex import run_whole_streams
 
@@ -83,7 +85,7 @@ def register(app: typer.Typer) -> None:
         results: dict = {}
         for w in wl:
             console.print(f"workload {w}: generating {records:,} records and {operations:,} operations")
-            load, run = ycsb_streams(w, records, operations, {}, keys or None, seed)
+            load, run = ycsb_streams(w, records, operations, parse_overrides(prop), keys or None, seed)
             runs: dict = {}
             in_process = [p for p in plist if not PEERS[p][0].whole_streams]
             for _ in range(repeat):  # peers alternate between repetitions, so drift hits all alike

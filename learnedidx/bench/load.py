@@ -14,7 +14,6 @@ every group and the root), skipped with a message where the driver is not built.
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 import multiprocessing
 import os
@@ -29,7 +28,7 @@ from typing import Callable
 import numpy as np
 import typer
 
-from learnedidx.bench.common import console, parse_list, print_table
+from learnedidx.bench.common import console, parse_list, print_table, reset_peak, status_kib, trim_heap
 
 PEERS = ("learnedidx", "sorteddict", "sortedlist", "sindex")
 
@@ -76,34 +75,6 @@ BUILDS: dict[str, Callable[[list[bytes], list[bytes]], Callable[[bytes], object]
     "learnedidx": _learnedidx, "sorteddict": _sorteddict, "sortedlist": _sortedlist}
 
 
-def _status_kib(field: str) -> int:
-    """A field of /proc/self/status in KiB (0 where there is none)."""
-    try:
-        text = Path("/proc/self/status").read_text()
-    except OSError:
-        return 0
-    m = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
-    return int(m.group(1)) if m else 0
-
-
-def _reset_peak() -> bool:
-    """Start the peak resident size (VmHWM) afresh; False where Linux does not allow it."""
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
-def _trim() -> None:
-    """Hand memory freed during the build back to the OS (glibc's allocator keeps some), so
-    that the resident size after it is what the structure holds."""
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def _sindex(keys: list[bytes], values: list[bytes]) -> dict:
     """SIndex's bulk load of the pairs, in its driver program: seconds and distinct keys."""
     from learnedidx.workloads.peers import SIndexAdapter
@@ -135,14 +106,14 @@ def measure_one(peer: str, spec: str) -> dict:
         from learnedidx.workloads.peers import warm_up_learned_index
         warm_up_learned_index()
     gc.collect()
-    peak_ok = _reset_peak()
-    rss0 = _status_kib("VmRSS")
+    peak_ok = reset_peak()
+    rss0 = status_kib("VmRSS")
     t0 = time.perf_counter()
     get = BUILDS[peer](keys, values)
     seconds = time.perf_counter() - t0
-    peak = _status_kib("VmHWM")
-    _trim()
-    rss1 = _status_kib("VmRSS")
+    peak = status_kib("VmHWM")
+    trim_heap()
+    rss1 = status_kib("VmRSS")
     probe = np.random.default_rng(1).integers(0, len(keys), 1000).tolist() if keys else []
     last = dict(zip(keys, values))  # the oracle: the last value of each key
     if any(get(keys[i]) != last[keys[i]] for i in probe) or get(b"\xff" * 80) is not None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import gc
-import os
 import time
 import tracemalloc
 

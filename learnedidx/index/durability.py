@@ -110,6 +110,8 @@ class Durability:
         self._base = 0  # segment of the newest checkpoint: the log is the segments from it on
         self._mutex = threading.Lock()
         self._dirty = False
+        #: bytes logged since the last checkpoint began (read by the store to take the next)
+        self.appended = 0
         self._failed: StoreIOError | None = None
         self._failed_segment = -1
         self._stop = threading.Event()
@@ -336,6 +338,7 @@ class Durability:
                                                 f"succeeds or the store is reopened")
             try:
                 fileio.write_all(self._fd, blob, self._path)
+                self.appended += len(blob)
                 if self.sync == "always":
                     fileio.sync(self._fd, self._path)
                 else:
@@ -390,6 +393,7 @@ class Durability:
                     self._fail(exc)  # the checkpoint covers this segment: go on
             old = self._open_segment(self._segment + 1)
             self._dirty = False
+            self.appended = 0
             try:
                 fileio.ops.close(old)
             except OSError as exc:  # a close may report a failed write-back (NFS)

@@ -83,14 +83,7 @@ def _fit(arena, offsets, gint, coef, R, R_off, g0, g1):
         step = Q.block_rows(n)
         for r0 in range(s, e, step):
             rows = min(step, e - r0)
-            for t in range(rows):  # feature row [1, bytes after the prefix...], rank last
-                i = r0 + t
-                a = offsets[i] + prefix
-                ln = offsets[i + 1] - a
-                W[0, n + t] = 1.0
-                for j in range(feat):
-                    W[1 + j, n + t] = arena[a + j] if j < ln else 0.0
-                W[n, n + t] = i - s
+            _rows_block(W, n, arena, offsets, r0, rows, prefix, feat, s)
             Q.ls_fold(W, n, rows)
         Rg, x = Q.ls_finish(W, n)
         R[R_off[g]:R_off[g + 1]] = Rg.ravel()
@@ -98,6 +91,68 @@ def _fit(arena, offsets, gint, coef, R, R_off, g0, g1):
         lo, hi = K.error_bounds(arena, offsets, s, e, prefix, feat, coef[g])
         gint[g, K.G_ERRLO] = lo
         gint[g, K.G_ERRHI] = hi
+
+
+@njit(cache=True, nogil=True)
+def _rows_block(W, n, kbytes, offs, r0, rows, prefix, feat, first):
+    """Write the feature rows ``[1, bytes after the prefix...]`` of keys r0..r0+rows-1,
+    and their positions counted from key ``first`` as the right-hand side, into the data
+    columns of block ``W`` (after its first n rows)."""
+    for t in range(rows):
+        i = r0 + t
+        a = offs[i] + prefix
+        ln = offs[i + 1] - a
+        W[0, n + t] = 1.0
+        for j in range(feat):
+            W[1 + j, n + t] = kbytes[a + j] if j < ln else 0.0
+        W[n, n + t] = i - first
+
+
+@njit(cache=True, nogil=True)
+def fit_one(kbytes, offs, n, max_features, R_old, memo_prefix, memo_feat, use_memo, parena, poffs):
+    """Retrain one group of ``n`` sorted keys (``kbytes``/``offs``), without the GIL and
+    without building its feature matrix: ``(coef, prefix, feat, R, incremental, err_lo,
+    err_hi)``.  Incremental (SIA) when ``use_memo`` and the memo's prefix and feature length
+    still hold: R of the new keys' rows (``parena``/``poffs``), R of ``[R_old; R_Δ]``, then
+    ``RᵀR x = Aᵀb`` with ``Aᵀb`` summed over every key; full otherwise, streamed through the
+    L1-sized block.  The same arithmetic as the ``cpu`` backend on the feature matrix, so
+    the same numbers; error bounds exact over these keys."""
+    if n <= 1:
+        return np.zeros(max_features + 1), 0, 0, np.zeros((0, 0)), False, 0, 0
+    prefix = K.common_prefix_len(kbytes, offs, 0, n)
+    feat = min(max_features, K.max_key_len(offs, 0, n) - prefix)
+    m = feat + 1
+    coef = np.zeros(max_features + 1)
+    incremental = use_memo and memo_prefix == prefix and memo_feat == feat
+    if incremental:
+        A_delta = K.build_features(parena, poffs, 0, poffs.shape[0] - 1, prefix, feat)
+        if A_delta.shape[0] > 0:
+            R_d, _ = Q.householder_r(A_delta, np.zeros(A_delta.shape[0]))
+            stacked = np.empty((2 * m, m))
+            stacked[:m] = R_old
+            stacked[m:] = R_d
+            R, _ = Q.householder_r(stacked, np.zeros(2 * m))
+        else:
+            R = R_old.copy()
+        ab = np.zeros(m)  # Aᵀb row by row, in the order qr.atb sums it
+        for i in range(n):
+            a = offs[i] + prefix
+            ln = offs[i + 1] - a
+            ab[0] += 1.0 * i
+            for j in range(feat):
+                ab[1 + j] += (kbytes[a + j] if j < ln else 0.0) * i
+        x = Q.back_substitute(R, Q.forward_substitute_t(R, ab))
+    else:
+        W = Q.ls_start(m)
+        step = Q.block_rows(m)
+        for r0 in range(0, n, step):
+            rows = min(step, n - r0)
+            _rows_block(W, m, kbytes, offs, r0, rows, prefix, feat, 0)
+            Q.ls_fold(W, m, rows)
+        R, x = Q.ls_finish(W, m)
+    coef[:m] = x
+    lo, hi = K.error_bounds(kbytes, offs, 0, n, prefix, feat, coef)
+    return coef, prefix, feat, R, incremental, lo, hi
 
 
 _PER_PART = 64  # groups per slice handed to a core

@@ -16,10 +16,11 @@ from numba import njit
 from numba import carray
 
 from learnedidx.index.layout import (
-    D_B, D_DECREF, D_INCREF, D_NROOT, D_PINGEN, D_RCAP, D_RGID, D_RHEAD, D_RPIV, D_TOMB, LIST_ITEMS, T_BORD, T_BYTES, T_ERRHI, T_ERRLO, T_FEAT,
+    D_B, D_DECREF, D_INCREF, D_NROOT, D_PINGEN, D_PINS, D_RCAP, D_RGID, D_RHEAD, D_RPIV, D_TOMB, LIST_ITEMS, T_BORD,
+    T_BYTES, T_ERRHI, T_ERRLO, T_FEAT,
     ROW_COLS, T_GEN, T_HEADS, T_HPREFIX, T_MPREFIX, T_N, T_NTOMB, T_OFFS, T_P0, T_P1, T_RPREFIX, T_VITEMS, buffer, bytes_ptr,
     coefs, common_prefix, compare, desc, head, i64_at, item, merged, root, table)
-from learnedidx.index.pyobjects import replace_item
+from learnedidx.index.pyobjects import move_item
 from learnedidx.index.search import buffer_key, lower_bound_h, model_error, predict
 from learnedidx.native import copy_from_address, load_word
 
@@ -85,10 +86,11 @@ def refresh_prefix_words(daddr, gids) -> None:
 
 
 @njit(cache=True, nogil=True)
-def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit):
+def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal):
     """Merged keys a..b-1 of a group (the live ones) to new positions from t on: their bytes
-    and heads in one copy each where no key of the run was deleted.  Returns the new t and
-    the keys dropped."""
+    and heads in one copy each where no key of the run was deleted, their values moved
+    (``steal``, see :func:`~learnedidx.index.pyobjects.move_item`) or referenced again.
+    Returns the new t and the keys dropped."""
     oheads, ooffs, obase = merged(row)
     vit = row[T_VITEMS]
     inc, dec, tomb = d[D_INCREF], d[D_DECREF], d[D_TOMB]
@@ -99,7 +101,7 @@ def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit):
         for k in range(a, b):
             offs[t + 1 + k - a] = ooffs[k + 1] + shift
             heads[t + k - a] = oheads[k]
-            replace_item(nvit, t + k - a, item(vit, k), inc, dec)
+            move_item(vit, k, nvit, t + k - a, steal, inc, dec)
         return t + b - a, 0
     dropped = 0
     for k in range(a, b):
@@ -111,7 +113,7 @@ def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit):
         copy_from_address(kbytes, offs[t], obase + ooffs[k], kl)
         offs[t + 1] = offs[t] + kl
         heads[t] = oheads[k]
-        replace_item(nvit, t, v, inc, dec)
+        move_item(vit, k, nvit, t, steal, inc, dec)
         t += 1
     return t, dropped
 
@@ -123,7 +125,9 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
     :func:`foldin_size`), their values to the list at address ``vals_list`` (of Nones),
     the new positions of the buffered keys to ``newpos``; then the group reads them.
 
-    Runs of merged keys between buffered ones are copied whole.  The model stays, and so do
+    Runs of merged keys between buffered ones are copied whole, and the values move to the
+    new list without touching them when no pinned view may read the old one.  The model
+    stays, and so do
     the error bounds of the keys that were there, shifted by at most the keys inserted
     before them (or dropped): the new bounds are the old ones widened by that, and the
     buffered keys' own errors.  A retrain makes them tight again.  Returns ``(deleted merged
@@ -140,6 +144,7 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
     nvit = load_word(vals_list + LIST_ITEMS)
     crow = coefs(d)[g]
     mprefix, feat = row[T_MPREFIX], row[T_FEAT]
+    steal = not (d[D_PINS] > 0 and row[T_GEN] < d[D_PINGEN])  # no view reads the old list
     offs[0] = 0
     t = 0
     a = 0  # merged keys before a are copied
@@ -159,19 +164,19 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
             b = a if compare(obase + ooffs[0], ooffs[1] - ooffs[0], kp, kl) > 0 else n
         else:
             b = lower_bound_h(oheads, ooffs, obase, kp, kl, head(kp, kl, plen), a, n)
-        t, dr = _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit)
+        t, dr = _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal)
         dropped += dr
         a = b
         copy_from_address(kbytes, offs[t], kp, kl)
         offs[t + 1] = offs[t] + kl
-        replace_item(nvit, t, v, inc, dec)
+        move_item(vit, n + bord[2 + 2 * j], nvit, t, steal, inc, dec)
         newpos[ins] = t
         ins += 1
         e = t - np.int64(np.floor(predict(kp, kl, mprefix, feat, crow)))
         lo = min(lo, e)
         hi = max(hi, e)
         t += 1
-    t, dr = _copy_run(d, row, a, n, t, heads, offs, kbytes, nvit)
+    t, dr = _copy_run(d, row, a, n, t, heads, offs, kbytes, nvit, steal)
     dropped += dr
     m = t
     newp = key_prefix(offs, kbytes, m)
@@ -264,13 +269,15 @@ def publish_cow(daddr, g, vals_list, bord):
 
 
 @njit(cache=True)
-def publish_model(daddr, g, coef, mprefix, feat):
+def publish_model(daddr, g, coef, mprefix, feat, lo, hi, have_bounds):
     """Group ``g``'s model becomes ``coef`` over the ``feat`` bytes after ``mprefix``, with
-    exact error bounds over its current merged keys; returns them."""
+    error bounds ``lo``/``hi`` when ``have_bounds`` (they must be exact for its keys now),
+    else exact ones computed here over its merged keys."""
     d = desc(daddr)
     row = table(d)[g]
-    _, offs, base = merged(row)
-    lo, hi = model_error(offs, base, row[T_N], mprefix, feat, coef)
+    if not have_bounds:
+        _, offs, base = merged(row)
+        lo, hi = model_error(offs, base, row[T_N], mprefix, feat, coef)
     cf = coefs(d)
     cf[g, :] = 0.0
     cf[g, :coef.shape[0]] = coef
@@ -278,7 +285,6 @@ def publish_model(daddr, g, coef, mprefix, feat):
     row[T_FEAT] = feat
     row[T_ERRLO] = lo
     row[T_ERRHI] = hi
-    return lo, hi
 
 
 @njit(cache=True)
@@ -314,3 +320,16 @@ def gather_keys(kbytes, offs, pos):
         a = offs[pos[t]]
         arena[o[t]:o[t + 1]] = kbytes[a:a + o[t + 1] - o[t]]
     return arena, o
+
+
+@njit(cache=True)
+def move_values(daddr, src_list, a, b, dst_list, steal) -> None:
+    """Items ``a..b-1`` of list ``src_list`` into the first slots of the fresh list
+    ``dst_list`` (holding None), moved when ``steal`` (see
+    :func:`~learnedidx.index.pyobjects.move_item`)."""
+    d = desc(daddr)
+    src = load_word(src_list + LIST_ITEMS)
+    dst = load_word(dst_list + LIST_ITEMS)
+    inc, dec = d[D_INCREF], d[D_DECREF]
+    for k in range(a, b):
+        move_item(src, k, dst, k - a, steal, inc, dec)

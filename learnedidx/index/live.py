@@ -150,7 +150,7 @@ class LiveIndex:
         self._grow_root(G)
         B = self.B
         for g, (heads, offs, kb, n, pivot, prefix, feat, lo, hi, memo) in enumerate(specs):
-            v = (vals[g] if vals else []) + [None] * (2 * B)
+            v = P.untracked((vals[g] if vals else []) + [None] * (2 * B))
             grp = Group(heads, offs, kb, v, np.zeros(1 + 2 * B, np.int64), pivot, memo)
             self.groups.append(grp)
             row = self.tab[g]
@@ -256,7 +256,7 @@ class LiveIndex:
         """Group ``g`` gets its own copy of its value list and buffer (a view reads the old)."""
         grp = self.groups[g]
         old = (grp.vals, grp.bord)
-        grp.vals, grp.bord = list(grp.vals), grp.bord.copy()
+        grp.vals, grp.bord = P.untracked(list(grp.vals)), grp.bord.copy()
         FI.publish_cow(self.addr, g, id(grp.vals), grp.bord)
         self._retire(*old)
 
@@ -272,7 +272,7 @@ class LiveIndex:
         heads = np.empty(m, np.int64)
         offs = np.empty(m + 1, np.int64)
         kb = np.empty(max(nbytes, 1), np.uint8)
-        vals = [None] * (m + 2 * B)
+        vals = P.untracked([None] * (m + 2 * B))
         bord = np.zeros(1 + 2 * B, np.int64)
         newpos = np.empty(ins, np.int64)
         old = (grp.heads, grp.offs, grp.kbytes, grp.vals, grp.bord)
@@ -305,6 +305,7 @@ class LiveIndex:
         pcoef = np.zeros((k, self.cols))
         pivots = np.zeros(k, np.int64)
         old_vals = grp.vals
+        steal = not (self.D[L.D_PINS] > 0 and row[L.T_GEN] < self.D[L.D_PINGEN])  # no view reads old_vals
         kb, offs = grp.kbytes, grp.offs
         sizes = np.diff(bounds)
         shares = (grp.untrained * sizes // max(int(sizes.sum()), 1)).tolist()  # its backlog, spread
@@ -319,7 +320,8 @@ class LiveIndex:
             c = parent.copy()
             c[0] -= s  # the parent's model, for positions counted from this piece's first key
             lo, hi = FI.model_error_of(o, kb, n, mprefix, feat, c)
-            vals = old_vals[s:e] + [None] * (2 * B)
+            vals = P.untracked([None] * (n + 2 * B))
+            FI.move_values(self.addr, id(old_vals), s, e, id(vals), steal)
             bord = np.zeros(1 + 2 * B, np.int64)
             pivot = grp.pivot if t == 0 else kb[offs[s]:offs[s + 1]].tobytes()
             made.append(Group(h, o, kb, vals, bord, pivot, None, [], shares[t]))
@@ -335,8 +337,13 @@ class LiveIndex:
         return gids
 
     # ------------------------------------------------------------------ models
-    def publish_model(self, g: int, coef: np.ndarray, prefix: int, feat: int) -> tuple[int, int]:
-        return FI.publish_model(self.addr, g, np.ascontiguousarray(coef, np.float64), prefix, feat)
+    def publish_model(self, g: int, coef: np.ndarray, prefix: int, feat: int,
+                      bounds: tuple[int, int] | None = None) -> None:
+        """Group ``g``'s model becomes ``coef`` over ``feat`` bytes after ``prefix``, with
+        ``bounds`` when they are exact for its keys now, else bounds computed here."""
+        lo, hi = bounds if bounds is not None else (0, -1)
+        FI.publish_model(self.addr, g, np.ascontiguousarray(coef, np.float64), prefix, feat, lo, hi,
+                         bounds is not None)
 
     # ------------------------------------------------------------------ inspection
     def root_order(self) -> list[int]:

@@ -23,15 +23,15 @@ from numba import njit, types
 
 from learnedidx.index.layout import (
     BYTES_DATA, D_B, D_BYTES_NEW, D_BYTES_TYPE, D_DECREF, D_INCREF, D_MAXLEN, D_MISSING, D_NONE, D_NROOT, D_PINGEN,
-    D_PINS, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_GEN, T_N, T_NTOMB, T_RPREFIX, T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item,
+    D_PINS, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_BORD, T_FEAT, T_MPREFIX, T_GEN, T_N, T_NTOMB, T_RPREFIX, T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item,
     merged, root, table)
 from learnedidx.index.pyobjects import replace_item
 from learnedidx.index.search import (
     buffer_search, exact, find_root, find_root_near, finish, heads_bound, merged_find, merged_lower_bound, next_pair,
-    prefetch_window, radix_order, window)
+    predict, prefetch_window, radix_order, window)
 from learnedidx.native import (
-    address_of, as_ref, call_with_address, call_with_two, copy_from_address, load_word, prefetch_address, pyref,
-    store_word)
+    address_of, as_ref, call_with_address, call_with_two, copy_from_address, load_word, prefetch, prefetch_address,
+    pyref, store_word)
 
 # Write codes (low byte), the group id above GROUP_SHIFT.
 C_UPDATED, C_INSERTED, C_INSERTED_FULL, C_NEED_COW, C_FULL, C_BAD_KEY, C_BAD_VALUE, C_NOT_FOUND, C_DELETED = range(9)
@@ -96,6 +96,12 @@ def _upsert(d, k, qp, ql, v) -> int:
     gbits = g << GROUP_SHIFT
     inc, dec, tomb = d[D_INCREF], d[D_DECREF], d[D_TOMB]
     vit = row[T_VITEMS]
+    B = d[D_B]
+    bord = buffer(row, B)
+    # Loads the write will wait for whatever it finds, started now so that they overlap the
+    # search: the value object (its count goes up), the buffer's count and first entries.
+    prefetch_address(v)
+    prefetch_address(row[T_BORD])
     i = merged_find(row, coefs(d)[g], qp, ql)
     if i >= 0:
         if _cow_needed(d, row):
@@ -106,9 +112,9 @@ def _upsert(d, k, qp, ql, v) -> int:
             row[T_NTOMB] -= 1
             return C_INSERTED | gbits
         return C_UPDATED | gbits
-    B = d[D_B]
     n = row[T_N]
-    bord = buffer(row, B)
+    cnt = bord[0]
+    prefetch_address(vit + 8 * (n + cnt))  # the slot a new key's value would take
     j, found = buffer_search(row, B, bord, qp, ql)
     if found:
         if _cow_needed(d, row):
@@ -117,7 +123,6 @@ def _upsert(d, k, qp, ql, v) -> int:
         old = item(vit, s)
         replace_item(vit, s, v, inc, dec)
         return (C_INSERTED if old == tomb else C_UPDATED) | gbits
-    cnt = bord[0]
     if cnt >= B:
         return C_FULL | gbits
     if _cow_needed(d, row):
@@ -185,7 +190,7 @@ def _list(obj):
     return load_word(obj + LIST_ITEMS), load_word(obj + OB_SIZE)
 
 
-_LANES = 16  # queries in flight together in get_many
+_LANES = 32  # queries in flight together in get_many
 
 
 @njit(cache=True)
@@ -206,6 +211,8 @@ def get_many(daddr, keys, out) -> int:
     m = min(m, mo)
     qh0 = np.empty(m, np.int64)
     for t in range(m):
+        if t + 8 < m:
+            prefetch_address(item(kit, t + 8))  # the key objects lie anywhere
         qp, ql = _query(d, item(kit, t))
         if ql < 0:
             return t
@@ -267,6 +274,32 @@ def get_many(daddr, keys, out) -> int:
     return -1
 
 
+_AHEAD = 6  # operations of apply_many whose lines are prefetched ahead of the one being done
+
+
+@njit(cache=True, nogil=True)
+def _prefetch_op(d, k) -> None:
+    """Start loading what an operation on key object ``k`` will read first: its group's
+    merged keys around the model's prediction (heads, offsets, value slots) and its insert
+    buffer.  A batch is done in order (a read sees the earlier writes), so its operations'
+    misses cannot be overlapped the way get_many's are; prefetching a few operations ahead
+    overlaps them anyway (nothing here changes, and a prefetch never faults)."""
+    qp, ql = _query(d, k)
+    if ql < 0:
+        return
+    g = root(d)[2][find_root(d, qp, ql)]
+    row = table(d)[g]
+    n = row[T_N]
+    prefetch_address(row[T_BORD])
+    if n == 0:
+        return
+    heads, offs, _ = merged(row)
+    p = min(max(np.int64(np.floor(predict(qp, ql, row[T_MPREFIX], row[T_FEAT], coefs(d)[g]))), 0), n - 1)
+    prefetch(heads, p)
+    prefetch(offs, p)
+    prefetch_address(row[T_VITEMS] + 8 * p)
+
+
 @njit(cache=True)
 def apply_many(daddr, keys, values, out, start, counts) -> int:
     """Operations ``start..`` of lists ``keys``/``values`` in order: where the value is
@@ -283,6 +316,8 @@ def apply_many(daddr, keys, values, out, start, counts) -> int:
     oit, mo = _list(out)
     m = min(m, mv, mo)
     for t in range(start, m):
+        if t + _AHEAD < m:
+            _prefetch_op(d, item(kit, t + _AHEAD))
         k = item(kit, t)
         qp, ql = _query(d, k)
         if ql < 0:
@@ -394,13 +429,17 @@ def _scan(d, qp, ql, count, outk, outv, at, excl, hp, hl) -> int:
     return got
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def export(daddr, state, max_pairs, max_bytes, karena, koffs, varena, voffs, fill):
-    """The live (key, value) pairs of the index in key order from position ``state`` (root
-    entry, merged position, buffer entry; a pinned view's, so that it stays the same between
-    calls), as many as fit in ``max_pairs`` pairs and ``max_bytes`` bytes (at least one):
-    with ``fill``, their bytes into ``karena``/``varena`` at ``koffs``/``voffs`` and
-    ``state`` moved past them.  Returns ``(pairs, key bytes, value bytes)``."""
+    """The live (key, value) pairs of a pinned view (``daddr``) in key order from position
+    ``state`` (root entry, merged position, buffer entry), as many as fit in ``max_pairs``
+    pairs and ``max_bytes`` bytes (at least one): with ``fill``, their bytes into
+    ``karena``/``varena`` at ``koffs``/``voffs`` and ``state`` moved past them.  Returns
+    ``(pairs, key bytes, value bytes)``.
+
+    The one operation that releases the GIL: everything a view reads stays as it is and
+    alive while it is pinned (writers copy around it), and this reads bytes, no reference
+    counts, so a checkpoint copies while writers go on."""
     d = desc(daddr)
     _, _, rgid = root(d)
     tab = table(d)

@@ -65,6 +65,19 @@ def items_address(lst: list) -> int:
     return addr if ok else 0
 
 
+_UNTRACK = ctypes.pythonapi.PyObject_GC_UnTrack
+_UNTRACK.argtypes = [ctypes.py_object]
+_UNTRACK.restype = None
+
+
+def untracked(lst: list) -> list:
+    """``lst``, no longer traversed by the cyclic collector.  For lists that hold only
+    objects that cannot reach them back (``bytes``, None, sentinels): such a list is in no
+    cycle, and a store's millions of value references then cost the collector nothing."""
+    _UNTRACK(lst)
+    return lst
+
+
 _AHEAD = 8  # objects prefetched ahead of the one being read
 
 
@@ -109,6 +122,20 @@ _DECREF = _c_function("Py_DecRef")
 #: objects are not tracked by the cyclic collector, so making one runs no Python code).
 BYTES_NEW = _c_function("PyBytes_FromStringAndSize")
 INCREF, DECREF = _INCREF, _DECREF
+
+
+@njit(cache=True, nogil=True)
+def move_item(src, i, dst, j, steal, incref, decref) -> None:
+    """Slot ``i`` of item array ``src`` into slot ``j`` of item array ``dst`` (a fresh list's,
+    holding None).  With ``steal`` the two slots swap their pointers: the reference moves
+    to ``dst`` and ``src`` keeps the None (no count changes, and the object itself is not
+    touched: no cache miss on it); only for a list nothing else will read."""
+    obj = load_word(src + 8 * i)
+    if steal:
+        store_word(src + 8 * i, load_word(dst + 8 * j))
+        store_word(dst + 8 * j, obj)
+    else:
+        replace_item(dst, j, obj, incref, decref)
 
 
 @njit(cache=True, nogil=True)

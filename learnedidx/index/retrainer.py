@@ -25,7 +25,7 @@ from learnedidx.errors import ConfigError, is_offload_failure
 from learnedidx.index import foldin as FI
 from learnedidx.index import kernels as K
 from learnedidx.index import layout as L
-from learnedidx.index.fitting import Fits, fit_groups
+from learnedidx.index.fitting import Fits, fit_groups, fit_one
 from learnedidx.index.live import Group, LiveIndex, Memo
 from learnedidx.index.options import StoreOptions
 from learnedidx.index.qr import CpuBackend
@@ -86,6 +86,24 @@ class Retrainer:
         self._count(int(np.count_nonzero(np.diff(bounds) > 1)), 0, time.perf_counter() - t0)
         return fits
 
+    def fit_cpu(self, kbytes: np.ndarray, offs: np.ndarray, n: int, memo: Memo | None, use_memo: bool,
+                pending: list) -> tuple | None:
+        """One group retrained in one compiled call that releases the GIL
+        (:func:`~learnedidx.index.fitting.fit_one`), when training runs in-process on the
+        cpu backend; None otherwise (the caller then builds the feature matrices for
+        :meth:`train`)."""
+        backend = self.cpu if self.failed and not self._retrying() else self.trainer
+        if type(backend) is not CpuBackend:
+            return None
+        parena, poffs = _joined(pending)
+        t0 = time.perf_counter()
+        out = fit_one(kbytes, offs, n, self.max_features,
+                      memo.R if memo is not None else _NO_R, memo.prefix if memo else -1, memo.feat if memo else -1,
+                      use_memo and memo is not None, parena, poffs)
+        if n > 1:
+            self._count(not out[4], out[4], time.perf_counter() - t0)
+        return out
+
     def train(self, A: np.ndarray, b: np.ndarray, R_old: np.ndarray | None,
               A_delta: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """(R, coef) of one group: full training when ``R_old`` is None, else incremental."""
@@ -114,6 +132,25 @@ class Retrainer:
         return np.asarray(res.R, np.float64), coef
 
 
+_NO_R = np.zeros((0, 0))
+
+
+def _joined(batches: list) -> tuple[np.ndarray, np.ndarray]:
+    """One arena and offsets of several key batches."""
+    if not batches:
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
+    if len(batches) == 1:
+        return batches[0].arena, batches[0].offsets
+    arena = np.concatenate([b.arena for b in batches])
+    offs = np.zeros(sum(len(b) for b in batches) + 1, np.int64)
+    at, base = 1, 0
+    for b in batches:
+        offs[at:at + len(b)] = b.offsets[1:] + base
+        at += len(b)
+        base += int(b.offsets[-1])
+    return arena, offs
+
+
 # ------------------------------------------------------------------ one group's retrain
 @dataclass(eq=False)
 class Job:
@@ -137,6 +174,7 @@ class Fit:
     feat: int
     R: np.ndarray | None
     incremental: bool
+    bounds: tuple[int, int] | None = None  #: exact error bounds over the job's keys, if computed
 
 
 def take_job(live: LiveIndex, g: int) -> Job | None:
@@ -152,6 +190,11 @@ def take_job(live: LiveIndex, g: int) -> Job | None:
 def fit(job: Job, retrainer: Retrainer, opts: StoreOptions) -> Fit:
     """The group's new model (no lock needed: key arrays never change)."""
     n, offs, kb = job.n, job.offs, job.kbytes
+    use_memo = job.memo is not None and job.deletes <= opts.full_retrain_fraction * n
+    fused = retrainer.fit_cpu(kb, offs, n, job.memo, use_memo, job.pending)
+    if fused is not None:
+        coef, prefix, feat, R, incremental, lo, hi = fused
+        return Fit(coef[:feat + 1], int(prefix), int(feat), R if n > 1 else None, bool(incremental), (int(lo), int(hi)))
     if n <= 1:
         return Fit(np.zeros(1), 0, 0, None, False)
     prefix = int(FI.key_prefix(offs, kb, n))
@@ -176,7 +219,8 @@ def publish(live: LiveIndex, job: Job, f: Fit) -> bool:
     grp = live.groups[job.g] if job.g < len(live.groups) else None
     if grp is not job.grp:
         return False
-    live.publish_model(job.g, f.coef, f.prefix, f.feat)
+    # The bounds the fit computed hold while the group still has the keys it was fitted on.
+    live.publish_model(job.g, f.coef, f.prefix, f.feat, f.bounds if grp.offs is job.offs else None)
     if grp.memo is job.memo:  # else another retrain published since: its memo stays
         later = grp.memo.deletes - job.deletes if grp.memo is not None else 0  # deleted while it trained
         grp.memo = Memo(f.R, f.prefix, f.feat, (job.deletes if f.incremental else 0) + later) if f.R is not None else None

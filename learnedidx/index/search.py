@@ -236,7 +236,7 @@ def merged_lower_bound(row, crow, qp, ql):
     return finish(row, qp, ql, qh, a, b, heads_bound(heads, qh, a, b))
 
 
-_PREFETCH_ALL = 128  # windows up to this many keys are prefetched whole
+_PREFETCH_ALL = 16  # windows up to this many keys are prefetched whole
 
 
 @njit(cache=True, nogil=True, inline="always")

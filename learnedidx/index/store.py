@@ -25,8 +25,8 @@ Retraining takes the writer lock only to take its inputs and to publish its resu
 """
 from __future__ import annotations
 
-import contextlib
 import gc
+import logging
 import os
 import threading
 import time
@@ -48,20 +48,25 @@ from learnedidx.index.retrainer import Retrainer, RetrainQueue
 
 __all__ = ["Store", "StoreOptions", "KeyBatch"]
 
+log = logging.getLogger(__name__)
+
 _CHUNK = 1024  # pairs an iterator reads from its view per call
 
 
-@contextlib.contextmanager
-def _no_gc():
+class _NoGC:
     """No cyclic collection (which may run finalizers, and so any code) in the middle of a
     structural change of the index."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
+
+    def __enter__(self) -> None:
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.was:
             gc.enable()
+
+
+_no_gc = _NoGC
 
 
 class Store:
@@ -81,6 +86,7 @@ class Store:
         self._retrainer = Retrainer(opts)
         self._wlock = threading.Lock()  # serializes writers
         self._ckpt_lock = threading.Lock()  # one checkpoint at a time
+        self._ckpt_thread: threading.Thread | None = None  # the automatic one, past checkpoint_bytes
         self._closed = False
         self._size = 0
         self._stats = {"merges": 0, "splits": 0, "merge_seconds": 0.0}
@@ -256,38 +262,68 @@ class Store:
         with self._wlock:
             if self._closed:
                 raise StoreClosedError("the store is closed")
-            if self._dur is not None:
-                self._dur.log_put(k, v)
+            dur = self._dur
+            if dur is not None:
+                dur.log_put(k, v)
             c = self._upsert(self._addr, k, v)
-            if c & 0xFF:
-                self._written(c, k, v)
-        if self._queue.must_wait():
-            self._queue.wait()
+            op = c & 0xFF
+            if op == O.C_INSERTED:  # the usual insert, inline: a call costs as much as the write
+                self._size += 1
+                c = 0
+            elif op:
+                c = self._written(c, k, v)
+            else:
+                c = 0
+        if c or dur is not None:
+            self._after_write()
 
     __setitem__ = put
+
+    def _after_write(self) -> None:
+        """After a write (writer lock released): wait for the retrainer when its backlog is
+        past the limit, take a checkpoint when the log is past ``checkpoint_bytes``."""
+        if self._queue.must_wait():
+            self._queue.wait()
+        dur = self._dur
+        if (dur is not None and dur.appended > self.options.checkpoint_bytes and self._ckpt_thread is None
+                and not self._closed):
+            self._ckpt_thread = threading.Thread(target=self._auto_checkpoint, name="learnedidx-checkpoint",
+                                                 daemon=True)
+            self._ckpt_thread.start()
+
+    def _auto_checkpoint(self) -> None:
+        try:
+            self._checkpoint()
+        except Exception:  # the log still holds every write; the next checkpoint tries again
+            log.exception("automatic checkpoint of %s failed", self._dur.dir if self._dur else None)
+        finally:
+            self._ckpt_thread = None
 
     def _exact_key(self, key: Any) -> bytes:
         k = self._key(key)
         return k if type(k) is bytes else bytes(k)
 
-    def _written(self, code: int, k: bytes, v: bytes) -> None:
-        """The rest of a write whose code was not C_UPDATED (writer lock held)."""
+    def _written(self, code: int, k: bytes, v: bytes) -> bool:
+        """The rest of a write whose code was not C_UPDATED (writer lock held); True when it
+        folded a buffer in (which may call for a stall, :meth:`_after_write`)."""
+        folded = False
         while True:
             op, g = code & 0xFF, code >> O.GROUP_SHIFT
             if op == O.C_INSERTED:
                 self._size += 1
-                return
+                return folded
             if op == O.C_INSERTED_FULL:
                 self._size += 1
                 self._fold(g)
-                return
+                return True
             if op == O.C_UPDATED:
-                return
+                return folded
             if op == O.C_NEED_COW:
                 with _no_gc():
                     self._live.copy_group(g)
             elif op == O.C_FULL:
                 self._fold(g)
+                folded = True
             else:
                 raise LearnedIdxError(f"write refused with code {op}")
             code = self._upsert(self._addr, k, v)
@@ -313,6 +349,7 @@ class Store:
             if self._dur is not None:
                 self._dur.log_delete(k)
             self._remove(k)
+        self._after_write()
         return True
 
     def _remove(self, k: bytes) -> bool:
@@ -357,8 +394,7 @@ class Store:
                 self._bulk_load(klist, vlist)
             else:
                 self._apply(klist, vlist, [None] * len(klist))
-        if self._queue.must_wait():
-            self._queue.wait()
+        self._after_write()
 
     def apply_many(self, keys: Any, values: Sequence[Any]) -> list:
         """Reads and writes in order, as one call: where ``values[i]`` is None, ``keys[i]``
@@ -371,16 +407,19 @@ class Store:
         self._check_open()
         klist, vlist = self._batch(keys, values, True)
         out = [None] * len(klist)
-        if all(v is None for v in vlist):
+        nreads = vlist.count(None)
+        if nreads == len(vlist):  # reads only: no lock, no log
             self._get_many(self._addr, id(klist), id(out))
+            return out
+        if nreads == 0:  # writes only: put_many's (which bulk-loads an empty store)
+            self.put_many(klist, vlist)
             return out
         with self._wlock:
             self._check_open()
             if self._dur is not None:
                 self._dur.log_batch([(OP_PUT, k, v) for k, v in zip(klist, vlist) if v is not None])
             self._apply(klist, vlist, out)
-        if self._queue.must_wait():
-            self._queue.wait()
+        self._after_write()
         return out
 
     def _apply(self, klist: list, vlist: list, out: list) -> None:
@@ -487,6 +526,9 @@ class Store:
                 return
             self._closed = True
             FI.set_slots(self._addr, np.array([L.D_MAXLEN], np.int64), np.zeros(1, np.int64))
+        ck = self._ckpt_thread
+        if ck is not None:
+            ck.join()
         if self._dur is not None:
             try:
                 self._checkpoint()

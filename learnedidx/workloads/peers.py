@@ -132,6 +132,26 @@ class SortedDictAdapter(Adapter):
         return [(x, d[x]) for x in itertools.islice(d.irange(minimum=k), n)]
 
 
+class DictAdapter(Adapter):
+    """Python's ``dict``: no order, so no scans; a hash lookup as cheap as a Python call gets.
+    Beside a compiled peer it shows what the runner's own loop costs a Python peer per
+    operation (the floor under every Python peer's per-op figures)."""
+
+    name = "dict"
+    scans = False
+
+    def __init__(self) -> None:
+        self.d: dict = {}
+        self.get = self.d.get
+        self.put = self.d.__setitem__
+
+    def delete(self, k):
+        self.d.pop(k, None)
+
+    def scan(self, k, n):
+        raise WorkloadError("the dict peer has no order: no scans")
+
+
 class OOBTreeAdapter(Adapter):
     name = "oobtree"
 
@@ -370,6 +390,8 @@ class SIndexFixedAdapter(SIndexAdapter):
 PEERS: dict[str, tuple[type[Adapter], dict]] = {
     "learnedidx": (LearnedIndexAdapter, {"retrain": "background"}),
     "learnedidx-inline": (LearnedIndexAdapter, {"retrain": "inline"}),
+    "learnedidx-fpga": (LearnedIndexAdapter, {"retrain": "background", "trainer": "fpga-emu"}),
+    "dict": (DictAdapter, {}),
     "sorteddict": (SortedDictAdapter, {}),
     "oobtree": (OOBTreeAdapter, {}),
     "sortedlist": (SortedListAdapter, {}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
 import pytest
 
 import learnedidx
@@ -88,3 +89,76 @@ def test_every_read_is_one_state_while_a_writer_inserts_and_deletes(retrain):
             t.join(60)
         assert not errors, errors[:3]
         assert db.stats()["merges"] > 0
+
+
+def test_writers_in_several_threads_each_with_its_oracle():
+    """Three writers (puts, deletes, batches, each on keys of its own, interleaved in key
+    order with the others') and two readers: every writer's last writes are what the store
+    holds, and the readers never see a key of another's range or a torn batch."""
+    with learnedidx.open(retrain="background", group_size=64, buffer_threshold=8) as db:
+        refs: list[dict] = [{} for _ in range(3)]
+        errors: list = []
+
+        def writer(w: int):
+            rng = np.random.default_rng(w)
+            ref = refs[w]
+            try:
+                for i in range(4000):
+                    k = b"k%05d/%d" % (int(rng.integers(3000)), w)
+                    r = rng.random()
+                    if r < 0.6:
+                        v = b"%d-%d" % (w, i)
+                        db.put(k, v)
+                        ref[k] = v
+                    elif r < 0.8:
+                        assert db.delete(k) == (k in ref)
+                        ref.pop(k, None)
+                    else:
+                        ks = [b"k%05d/%d" % (int(x), w) for x in rng.integers(3000, size=5)]
+                        vs = [b"b%d-%d" % (w, i)] * 5
+                        db.put_many(ks, vs)
+                        ref.update(zip(ks, vs))
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        stop = threading.Event()
+
+        def reader():
+            try:
+                while not stop.is_set():
+                    for k, v in db.items():
+                        assert k.endswith(v[1:2] if v.startswith(b"b") else v[:1])  # a writer's own key
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(3)]
+        readers = [threading.Thread(target=reader) for _ in range(2)]
+        for t in threads + readers:
+            t.start()
+        for t in threads:
+            t.join()
+        stop.set()
+        for t in readers:
+            t.join()
+        assert not errors, errors[:3]
+        merged = {k: v for ref in refs for k, v in ref.items()}
+        assert dict(db.items()) == merged and len(db) == len(merged)
+        assert db.get_many(list(merged)) == list(merged.values())
+
+
+def test_an_abandoned_iterator_releases_its_view():
+    with learnedidx.open(retrain="off", group_size=32, buffer_threshold=4) as db:
+        db.put_many([b"k%04d" % i for i in range(500)], [b"v"] * 500)
+        it = db.items()
+        assert next(it) == (b"k0000", b"v")
+        for i in range(500):
+            db.put(b"k%04d" % i, b"new")  # copies the groups the view reads
+        assert len(db._live.views) == 1
+        assert [v for _, v in it] == [b"v"] * 499  # the view: before the writes
+        it2 = db.items()
+        next(it2)
+        del it2  # never exhausted: collected, it releases its view
+        import gc
+        gc.collect()
+        assert db._live.views == []
+        assert dict(db.items()) == {b"k%04d" % i: b"new" for i in range(500)}
