@@ -34,7 +34,14 @@ def version() -> None:
 
 
 def main() -> None:
-    app()
+    """Run the CLI; a typed error of the project is reported as one line (exit 1), not a traceback."""
+    from learnedidx.errors import LearnedIdxError
+
+    try:
+        app()
+    except LearnedIdxError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":
