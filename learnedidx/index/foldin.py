@@ -35,12 +35,15 @@ def foldin_size(daddr, g):
     n = row[T_N]
     _, offs, _ = merged(row)
     vit = row[T_VITEMS]
-    keys = 0
-    nbytes = 0
-    for i in range(n):
-        if item(vit, i) != tomb:
-            keys += 1
-            nbytes += offs[i + 1] - offs[i]
+    keys = n
+    nbytes = offs[n] - offs[0] if n > 0 else 0
+    if row[T_NTOMB] > 0:
+        keys = 0
+        nbytes = 0
+        for i in range(n):
+            if item(vit, i) != tomb:
+                keys += 1
+                nbytes += offs[i + 1] - offs[i]
     bord = buffer(row, B)
     ins = 0
     for j in range(bord[0]):
@@ -85,15 +88,31 @@ def refresh_prefix_words(daddr, gids) -> None:
         set_prefix_words(tab[g])
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _track(acc, k, t, c, lo, hi, slack, jitter) -> None:
+    """Bounds of old merged key ``k`` (error within ``[lo, hi]``) now at position ``t``:
+    ``acc[0..1]`` the least and greatest shift ``t - k`` (its new error under the same
+    model is its old one plus that), ``acc[2..3]`` the least and greatest error it can have
+    under the model scaled by ``c`` (its prediction ``P`` lies in ``[k - hi, k - lo + 1)``,
+    the scaled one within ``slack`` of ``c * P``), widened by ``jitter``."""
+    s = t - k
+    acc[0] = min(acc[0], s)
+    acc[1] = max(acc[1], s)
+    if slack < np.inf:
+        acc[2] = min(acc[2], t - np.int64(np.floor(c * (k - lo + 1) + slack)) - jitter)
+        acc[3] = max(acc[3], t - np.int64(np.floor(c * (k - hi) - slack)) + jitter)
+
+
 @njit(cache=True, nogil=True)
-def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal):
+def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal, acc, c, slack):
     """Merged keys a..b-1 of a group (the live ones) to new positions from t on: their bytes
     and heads in one copy each where no key of the run was deleted, their values moved
-    (``steal``, see :func:`~learnedidx.index.pyobjects.move_item`) or referenced again.
-    Returns the new t and the keys dropped."""
+    (``steal``, see :func:`~learnedidx.index.pyobjects.move_item`) or referenced again;
+    their bounds into ``acc`` (:func:`_track`).  Returns the new t and the keys dropped."""
     oheads, ooffs, obase = merged(row)
     vit = row[T_VITEMS]
     inc, dec, tomb = d[D_INCREF], d[D_DECREF], d[D_TOMB]
+    lo, hi = row[T_ERRLO], row[T_ERRHI]
     if row[T_NTOMB] == 0 and b > a:
         base = ooffs[a]
         copy_from_address(kbytes, offs[t], obase + base, ooffs[b] - base)
@@ -102,6 +121,10 @@ def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal):
             offs[t + 1 + k - a] = ooffs[k + 1] + shift
             heads[t + k - a] = oheads[k]
             move_item(vit, k, nvit, t + k - a, steal, inc, dec)
+        # The shift is the same for the whole run, and a scaled bound is linear in k but
+        # for its floor: the run's ends, widened by one, bound every key between.
+        _track(acc, a, t, c, lo, hi, slack, 1)
+        _track(acc, b - 1, t + b - 1 - a, c, lo, hi, slack, 1)
         return t + b - a, 0
     dropped = 0
     for k in range(a, b):
@@ -114,8 +137,26 @@ def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal):
         offs[t + 1] = offs[t] + kl
         heads[t] = oheads[k]
         move_item(vit, k, nvit, t, steal, inc, dec)
+        _track(acc, k, t, c, lo, hi, slack, 0)
         t += 1
     return t, dropped
+
+
+_BIG = np.int64(1) << 62
+
+
+@njit(cache=True, nogil=True)
+def _scale_slack(crow, feat, c) -> float:
+    """How far the model scaled by ``c`` (each coefficient times ``c``, rounded) can predict
+    from ``c`` times the model's own prediction, for any key: the rounding of both sums of
+    ``feat + 1`` terms (bytes at most 255) and of the scaled coefficients, with a margin
+    of one for the bound's own arithmetic.  Infinite (no scaling) for a model too large or
+    not finite."""
+    mag = abs(crow[0])
+    for j in range(feat):
+        mag += 255.0 * abs(crow[1 + j])
+    s = 1.0 + 3.0 * (feat + 2) * 2.0 ** -53 * c * mag
+    return s if s < 4.0 else np.inf  # NaN compares false: not scaled
 
 
 @njit(cache=True)
@@ -126,12 +167,13 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
     the new positions of the buffered keys to ``newpos``; then the group reads them.
 
     Runs of merged keys between buffered ones are copied whole, and the values move to the
-    new list without touching them when no pinned view may read the old one.  The model
-    stays, and so do
-    the error bounds of the keys that were there, shifted by at most the keys inserted
-    before them (or dropped): the new bounds are the old ones widened by that, and the
-    buffered keys' own errors.  A retrain makes them tight again.  Returns ``(deleted merged
-    keys dropped, widest key length)``."""
+    new list without touching them when no pinned view may read the old one.  No key's
+    prediction is computed again but the buffered ones': the group keeps its model, or
+    that model scaled by the group's growth (``m / n``, so that it spreads over the new
+    positions), whichever gives the narrower error bounds; both are derived exactly from
+    the old bounds and each key's shift (:func:`_track`).  Keys inserted at random shift
+    about in proportion to their position, which the scaled model follows; a retrain makes
+    the bounds tight again.  Returns ``(deleted merged keys dropped, widest key length)``."""
     d = desc(daddr)
     row = table(d)[g]
     B, tomb = d[D_B], d[D_TOMB]
@@ -150,8 +192,14 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
     a = 0  # merged keys before a are copied
     ins = 0
     dropped = 0
-    lo = row[T_ERRLO]
-    hi = row[T_ERRHI]
+    m = heads.shape[0]
+    c = m / n if n > 0 else 1.0
+    slack = _scale_slack(crow, feat, c) if n > 0 else np.inf
+    scaled = np.empty(feat + 1)
+    for jj in range(feat + 1):
+        scaled[jj] = c * crow[jj]
+    acc = np.array([_BIG, -_BIG, _BIG, -_BIG], np.int64)
+    blo, bhi, slo, shi = _BIG, -_BIG, _BIG, -_BIG  # the buffered keys' errors: model, scaled
     for j in range(bord[0]):
         v = item(vit, n + bord[2 + 2 * j])
         if v == tomb:
@@ -164,7 +212,7 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
             b = a if compare(obase + ooffs[0], ooffs[1] - ooffs[0], kp, kl) > 0 else n
         else:
             b = lower_bound_h(oheads, ooffs, obase, kp, kl, head(kp, kl, plen), a, n)
-        t, dr = _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal)
+        t, dr = _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal, acc, c, slack)
         dropped += dr
         a = b
         copy_from_address(kbytes, offs[t], kp, kl)
@@ -173,10 +221,12 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
         newpos[ins] = t
         ins += 1
         e = t - np.int64(np.floor(predict(kp, kl, mprefix, feat, crow)))
-        lo = min(lo, e)
-        hi = max(hi, e)
+        blo, bhi = min(blo, e), max(bhi, e)
+        if slack < np.inf:
+            e = t - np.int64(np.floor(predict(kp, kl, mprefix, feat, scaled)))
+            slo, shi = min(slo, e), max(shi, e)
         t += 1
-    t, dr = _copy_run(d, row, a, n, t, heads, offs, kbytes, nvit, steal)
+    t, dr = _copy_run(d, row, a, n, t, heads, offs, kbytes, nvit, steal, acc, c, slack)
     dropped += dr
     m = t
     newp = key_prefix(offs, kbytes, m)
@@ -198,8 +248,19 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
     row[T_BORD] = bord_new.ctypes.data
     row[T_HPREFIX] = newp
     set_prefix_words(row)
-    row[T_ERRLO] = lo - dropped
-    row[T_ERRHI] = hi + ins
+    lo, hi = _BIG, -_BIG  # the same model: every old key's error moves by its shift
+    if acc[0] <= acc[1]:
+        lo, hi = row[T_ERRLO] + acc[0], row[T_ERRHI] + acc[1]
+    lo, hi = min(lo, blo), max(hi, bhi)
+    if slack < np.inf:
+        slo, shi = min(acc[2], slo), max(acc[3], shi)
+        if shi - slo < hi - lo:
+            lo, hi = slo, shi
+            crow[:feat + 1] = scaled
+    if lo > hi:  # no key at all
+        lo, hi = 0, 0
+    row[T_ERRLO] = lo
+    row[T_ERRHI] = hi
     row[T_NTOMB] = 0
     row[T_GEN] = d[D_PINGEN]  # nothing pinned has seen the new list and buffer
     return dropped, widest - newp

@@ -23,14 +23,14 @@ from numba import njit, types
 
 from learnedidx.index.layout import (
     BYTES_DATA, D_B, D_BYTES_NEW, D_BYTES_TYPE, D_DECREF, D_INCREF, D_MAXLEN, D_MISSING, D_NONE, D_NROOT, D_PINGEN,
-    D_PINS, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_BORD, T_FEAT, T_MPREFIX, T_GEN, T_N, T_NTOMB, T_RPREFIX, T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item,
+    D_PINS, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_BORD, T_GEN, T_N, T_NTOMB, T_RPREFIX, T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item,
     merged, root, table)
 from learnedidx.index.pyobjects import replace_item
 from learnedidx.index.search import (
     buffer_search, exact, find_root, find_root_near, finish, heads_bound, merged_find, merged_lower_bound, next_pair,
-    predict, prefetch_window, radix_order, window)
+    prefetch_window, radix_order, window)
 from learnedidx.native import (
-    address_of, as_ref, call_with_address, call_with_two, copy_from_address, load_word, prefetch, prefetch_address,
+    address_of, as_ref, call_with_address, call_with_two, copy_from_address, load_word, prefetch_address,
     pyref, store_word)
 
 # Write codes (low byte), the group id above GROUP_SHIFT.
@@ -54,8 +54,13 @@ def _query(d, k):
 def _lookup(d, qp, ql) -> int:
     """Address of the value object stored under the query (maybe TOMB), or 0."""
     g = root(d)[2][find_root(d, qp, ql)]
+    return _lookup_at(d, g, merged_find(table(d)[g], coefs(d)[g], qp, ql), qp, ql)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _lookup_at(d, g, i, qp, ql) -> int:
+    """:func:`_lookup` of a query in group ``g`` at merged position ``i`` (-1: not there)."""
     row = table(d)[g]
-    i = merged_find(row, coefs(d)[g], qp, ql)
     vit = row[T_VITEMS]
     if i >= 0:
         return item(vit, i)
@@ -93,16 +98,22 @@ def _upsert(d, k, qp, ql, v) -> int:
     """Put value object ``v`` under the query (key object ``k``); a write code."""
     g = root(d)[2][find_root(d, qp, ql)]
     row = table(d)[g]
+    # Loads the write will wait for whatever it finds, started now so that they overlap the
+    # search: the value object (its count goes up), the buffer's count and first entries.
+    prefetch_address(v)
+    prefetch_address(row[T_BORD])
+    return _upsert_at(d, k, qp, ql, v, g, merged_find(row, coefs(d)[g], qp, ql))
+
+
+@njit(cache=True, nogil=True)
+def _upsert_at(d, k, qp, ql, v, g, i) -> int:
+    """:func:`_upsert` of a query in group ``g`` at merged position ``i`` (-1: not there)."""
+    row = table(d)[g]
     gbits = g << GROUP_SHIFT
     inc, dec, tomb = d[D_INCREF], d[D_DECREF], d[D_TOMB]
     vit = row[T_VITEMS]
     B = d[D_B]
     bord = buffer(row, B)
-    # Loads the write will wait for whatever it finds, started now so that they overlap the
-    # search: the value object (its count goes up), the buffer's count and first entries.
-    prefetch_address(v)
-    prefetch_address(row[T_BORD])
-    i = merged_find(row, coefs(d)[g], qp, ql)
     if i >= 0:
         if _cow_needed(d, row):
             return C_NEED_COW | gbits
@@ -274,30 +285,7 @@ def get_many(daddr, keys, out) -> int:
     return -1
 
 
-_AHEAD = 6  # operations of apply_many whose lines are prefetched ahead of the one being done
-
-
-@njit(cache=True, nogil=True)
-def _prefetch_op(d, k) -> None:
-    """Start loading what an operation on key object ``k`` will read first: its group's
-    merged keys around the model's prediction (heads, offsets, value slots) and its insert
-    buffer.  A batch is done in order (a read sees the earlier writes), so its operations'
-    misses cannot be overlapped the way get_many's are; prefetching a few operations ahead
-    overlaps them anyway (nothing here changes, and a prefetch never faults)."""
-    qp, ql = _query(d, k)
-    if ql < 0:
-        return
-    g = root(d)[2][find_root(d, qp, ql)]
-    row = table(d)[g]
-    n = row[T_N]
-    prefetch_address(row[T_BORD])
-    if n == 0:
-        return
-    heads, offs, _ = merged(row)
-    p = min(max(np.int64(np.floor(predict(qp, ql, row[T_MPREFIX], row[T_FEAT], coefs(d)[g]))), 0), n - 1)
-    prefetch(heads, p)
-    prefetch(offs, p)
-    prefetch_address(row[T_VITEMS] + 8 * p)
+_WLANES = 16  # operations of apply_many searched together
 
 
 @njit(cache=True)
@@ -308,38 +296,98 @@ def apply_many(daddr, keys, values, out, start, counts) -> int:
     when all are) and code says why: C_UPDATED when done, else the write code of operation t
     (C_FULL, C_NEED_COW, C_BAD_KEY, C_BAD_VALUE), or C_INSERTED_FULL when operation t - 1
     filled its group's buffer.  ``counts[0]`` counts the keys inserted, ``counts[1]`` is
-    the group of a C_FULL, C_NEED_COW or C_INSERTED_FULL."""
+    the group of a C_FULL, C_NEED_COW or C_INSERTED_FULL.
+
+    ``_WLANES`` operations at a time: first each one's place among its group's merged keys,
+    step by step for all of them as :func:`get_many` does, so that their misses overlap;
+    then the operations in order, each from its place (a read sees every earlier write).
+    The places hold: nothing in the call changes a group's merged keys (writes change
+    values and insert buffers; a full buffer is folded in by the caller, who then calls
+    again from the next operation)."""
     d = desc(daddr)
     inc, dec, tomb, none = d[D_INCREF], d[D_DECREF], d[D_TOMB], d[D_NONE]
     kit, m = _list(keys)
     vit, mv = _list(values)
     oit, mo = _list(out)
     m = min(m, mv, mo)
-    for t in range(start, m):
-        if t + _AHEAD < m:
-            _prefetch_op(d, item(kit, t + _AHEAD))
-        k = item(kit, t)
-        qp, ql = _query(d, k)
-        if ql < 0:
-            return (t << GROUP_SHIFT) | C_BAD_KEY
-        v = item(vit, t)
-        if v == none:
-            x = _lookup(d, qp, ql)
-            if x != 0 and x != tomb:
-                replace_item(oit, t, x, inc, dec)
-            continue
-        if load_word(v + OB_TYPE) != d[D_BYTES_TYPE]:
-            return (t << GROUP_SHIFT) | C_BAD_VALUE
-        code = _upsert(d, k, qp, ql, v)
-        op = code & 0xFF
-        if op == C_INSERTED or op == C_INSERTED_FULL:
-            counts[0] += 1
-        if op == C_INSERTED_FULL:
-            counts[1] = code >> GROUP_SHIFT
-            return ((t + 1) << GROUP_SHIFT) | C_INSERTED_FULL
-        if op == C_FULL or op == C_NEED_COW:
-            counts[1] = code >> GROUP_SHIFT
-            return (t << GROUP_SHIFT) | op
+    _, _, rgid = root(d)
+    tab = table(d)
+    cf = coefs(d)
+    B = d[D_B]
+    qps = np.empty(_WLANES, np.int64)
+    qls = np.empty(_WLANES, np.int64)
+    grp = np.empty(_WLANES, np.int64)
+    wa = np.empty(_WLANES, np.int64)
+    wb = np.empty(_WLANES, np.int64)
+    qhs = np.empty(_WLANES, np.int64)
+    rs = np.empty(_WLANES, np.int64)
+    t0 = start
+    while t0 < m:
+        n = min(m - t0, _WLANES)
+        bad = C_UPDATED  # a bad operation ends the lane before it
+        for j in range(n):
+            k = item(kit, t0 + j)
+            qp, ql = _query(d, k)
+            v = item(vit, t0 + j)
+            if ql < 0:
+                bad = C_BAD_KEY
+            elif v != none and load_word(v + OB_TYPE) != d[D_BYTES_TYPE]:
+                bad = C_BAD_VALUE
+            if bad != C_UPDATED:
+                n = j
+                break
+            qps[j], qls[j] = qp, ql
+            if v != none:
+                prefetch_address(v)  # its count goes up
+        for j in range(n):
+            g = rgid[find_root(d, qps[j], qls[j])]
+            a, b, qh = window(tab[g], cf[g], qps[j], qls[j])
+            grp[j], wa[j], wb[j], qhs[j] = g, a, b, qh
+            prefetch_address(tab[g, T_BORD])
+            if a >= 0:
+                heads, offs, _ = merged(tab[g])
+                prefetch_window(heads, offs, tab[g, T_VITEMS], a, b)
+        for j in range(n):
+            if wa[j] >= 0:
+                row = tab[grp[j]]
+                heads, offs, base = merged(row)
+                x = heads_bound(heads, qhs[j], wa[j], wb[j])
+                rs[j] = x
+                if x < wb[j]:
+                    prefetch_address(item(row[T_VITEMS], x))
+                    prefetch_address(base + offs[x])
+        for j in range(n):
+            row = tab[grp[j]]
+            x, eq = finish(row, qps[j], qls[j], qhs[j], wa[j], wb[j], rs[j] if wa[j] >= 0 else -1)
+            i = exact(row, qps[j], qls[j], x, eq)
+            rs[j] = i
+            if i < 0:  # the insert buffer's search: its middle lines
+                bp = row[T_BORD]
+                cnt = load_word(bp)
+                prefetch_address(bp + 8 * (1 + 2 * (cnt >> 1)))
+                prefetch_address(bp + 8 * (1 + 2 * (cnt >> 2)))
+                prefetch_address(bp + 8 * (1 + 2 * ((3 * cnt) >> 2)))
+        for j in range(n):
+            t = t0 + j
+            v = item(vit, t)
+            if v == none:
+                x = _lookup_at(d, grp[j], rs[j], qps[j], qls[j])
+                if x != 0 and x != tomb:
+                    replace_item(oit, t, x, inc, dec)
+                continue
+            code = _upsert_at(d, item(kit, t), qps[j], qls[j], v, grp[j], rs[j])
+            op = code & 0xFF
+            if op == C_INSERTED or op == C_INSERTED_FULL:
+                counts[0] += 1
+            if op == C_INSERTED_FULL:
+                counts[1] = code >> GROUP_SHIFT
+                return ((t + 1) << GROUP_SHIFT) | C_INSERTED_FULL
+            if op == C_FULL or op == C_NEED_COW:
+                counts[1] = code >> GROUP_SHIFT
+                return (t << GROUP_SHIFT) | op
+        if bad != C_UPDATED:
+            return ((t0 + n) << GROUP_SHIFT) | bad
+        t0 += n
     return (m << GROUP_SHIFT) | C_UPDATED
 
 
