@@ -377,9 +377,9 @@ def gather_keys(kbytes, offs, pos):
     for t in range(m):
         o[t + 1] = o[t] + offs[pos[t] + 1] - offs[pos[t]]
     arena = np.empty(o[m], np.uint8)
+    base = kbytes.ctypes.data
     for t in range(m):
-        a = offs[pos[t]]
-        arena[o[t]:o[t + 1]] = kbytes[a:a + o[t + 1] - o[t]]
+        copy_from_address(arena, o[t], base + offs[pos[t]], o[t + 1] - o[t])
     return arena, o
 
 
