@@ -19,7 +19,7 @@ from learnedidx.index.layout import (
     D_B, D_DECREF, D_INCREF, D_NROOT, D_PINGEN, D_PINS, D_RCAP, D_RGID, D_RHEAD, D_RPIV, D_TOMB, LIST_ITEMS, T_BORD,
     T_BYTES, T_ERRHI, T_ERRLO, T_FEAT,
     ROW_COLS, T_GEN, T_HEADS, T_HPREFIX, T_MPREFIX, T_N, T_NTOMB, T_OFFS, T_P0, T_P1, T_RPREFIX, T_VITEMS, buffer, bytes_ptr,
-    coefs, common_prefix, compare, desc, head, i64_at, item, merged, root, table)
+    coefs, common_prefix, compare, desc, f64_at, head, i64_at, item, merged, root, table, u8_at)
 from learnedidx.index.pyobjects import move_item
 from learnedidx.index.search import buffer_key, lower_bound_h, model_error, predict
 from learnedidx.native import copy_from_address, load_word
@@ -103,7 +103,7 @@ def _track(acc, k, t, c, lo, hi, slack, jitter) -> None:
         acc[3] = max(acc[3], t - np.int64(np.floor(c * (k - hi) - slack)) + jitter)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal, acc, c, slack):
     """Merged keys a..b-1 of a group (the live ones) to new positions from t on: their bytes
     and heads in one copy each where no key of the run was deleted, their values moved
@@ -199,6 +199,14 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
     for jj in range(feat + 1):
         scaled[jj] = c * crow[jj]
     acc = np.array([_BIG, -_BIG, _BIG, -_BIG], np.int64)
+    # Views without a reference count of the arrays this call fills (the caller holds them,
+    # acc and scaled are read at the end): handing them to the code inlined per run and per
+    # key would otherwise count a reference up and down each time (atomic operations).
+    heads_v = carray(i64_at(heads.ctypes.data), heads.shape[0])
+    offs_v = carray(i64_at(offs.ctypes.data), offs.shape[0])
+    kb_v = carray(u8_at(kbytes.ctypes.data), kbytes.shape[0])
+    acc_v = carray(i64_at(acc.ctypes.data), 4)
+    scaled_v = carray(f64_at(scaled.ctypes.data), feat + 1)
     blo, bhi, slo, shi = _BIG, -_BIG, _BIG, -_BIG  # the buffered keys' errors: model, scaled
     for j in range(bord[0]):
         v = item(vit, n + bord[2 + 2 * j])
@@ -212,7 +220,7 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
             b = a if compare(obase + ooffs[0], ooffs[1] - ooffs[0], kp, kl) > 0 else n
         else:
             b = lower_bound_h(oheads, ooffs, obase, kp, kl, head(kp, kl, plen), a, n)
-        t, dr = _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal, acc, c, slack)
+        t, dr = _copy_run(d, row, a, b, t, heads_v, offs_v, kb_v, nvit, steal, acc_v, c, slack)
         dropped += dr
         a = b
         copy_from_address(kbytes, offs[t], kp, kl)
@@ -223,10 +231,10 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
         e = t - np.int64(np.floor(predict(kp, kl, mprefix, feat, crow)))
         blo, bhi = min(blo, e), max(bhi, e)
         if slack < np.inf:
-            e = t - np.int64(np.floor(predict(kp, kl, mprefix, feat, scaled)))
+            e = t - np.int64(np.floor(predict(kp, kl, mprefix, feat, scaled_v)))
             slo, shi = min(slo, e), max(shi, e)
         t += 1
-    t, dr = _copy_run(d, row, a, n, t, heads, offs, kbytes, nvit, steal, acc, c, slack)
+    t, dr = _copy_run(d, row, a, n, t, heads_v, offs_v, kb_v, nvit, steal, acc_v, c, slack)
     dropped += dr
     m = t
     newp = key_prefix(offs, kbytes, m)
