@@ -277,3 +277,29 @@ def test_fold_ins_keep_exact_bounds_for_models_too_large_or_not_finite_to_scale(
             _put(live, b"user%06d" % i, b"n")
             want[b"user%06d" % i] = b"n"
         _check(live, want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.sampled_from([50, 3000]), seed=st.integers(0, 2 ** 32 - 1))
+def test_get_many_answers_repeated_keys_each_time_and_counts_their_references(n, seed):
+    # Repeats as the same object and as equal objects, among keys sharing their first 8
+    # bytes (tied heads), and repeats of missing keys; batches under and over the size where
+    # get_many orders queries by radix passes: every answer is there, each one reference.
+    import sys
+    rng = np.random.default_rng(seed)
+    ref = {b"samehead%05d" % i: b"v%d" % i for i in range(0, 400, 2)}
+    ref.update({b"k%07d" % i: b"w%d" % i for i in range(0, 4000, 3)})
+    live = _built(ref)
+    pool = sorted(ref) + [b"samehead%05d" % i for i in range(1, 40, 2)] + [b"zz%d" % i for i in range(20)]
+    picks = rng.integers(0, len(pool), n)
+    hot = rng.integers(0, len(pool), 5)
+    picks[rng.random(n) < 0.4] = rng.choice(hot)  # a few keys asked for many times
+    keys = [pool[p] if rng.random() < 0.5 else bytes(bytearray(pool[p])) for p in picks]
+    v0 = ref[sorted(ref)[0]]
+    before = sys.getrefcount(v0)
+    out = [None] * n
+    assert E["get_many"](live.addr, id(keys), id(out)) == -1
+    assert out == [ref.get(k) for k in keys]
+    assert sys.getrefcount(v0) == before + sum(o is v0 for o in out)
+    del out
+    assert sys.getrefcount(v0) == before
