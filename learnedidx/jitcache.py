@@ -9,10 +9,17 @@ Numba at ``<temporary directory>/learnedidx-numba-<uid>``: created mode 0700 and
 when it is a directory (not a link) owned by this user that no one else can write, since
 Numba loads what it finds there as code.  Failing that, a fresh private directory, removed
 at exit (kernels are then compiled by every process).
+
+Numba keys a cached kernel on its own source file only, but the kernels inline functions
+and constants of other modules (the index's layout, its searches): a kernel cached before
+one of those changed would be loaded unchanged and read the index wrongly.
+:func:`stamp_kernels` makes every cached kernel of the package depend on all of its
+sources: a change to any of them compiles the package's kernels again.
 """
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import shutil
 import stat
@@ -61,9 +68,59 @@ def private_dir(base: str | os.PathLike) -> str:
     return fresh
 
 
+def source_digest(root: Path = PACKAGE) -> str:
+    """A digest of every Python source under ``root`` (names and contents)."""
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def stamp_kernels(root: Path = PACKAGE) -> bool:
+    """Make the cache of every kernel defined under ``root`` valid only for the sources
+    there now: Numba's cache locators, each in a form that serves only files under
+    ``root`` and adds :func:`source_digest` to the stamp Numba checks before loading.
+    False when this Numba has no such locators to extend (kernels then stay keyed on
+    their own files)."""
+    try:
+        from numba.core.caching import CacheImpl, _CacheLocator
+        classes = list(CacheImpl._locator_classes)
+    except (ImportError, AttributeError):
+        return False
+    if not all(isinstance(c, type) and issubclass(c, _CacheLocator) for c in classes):
+        return False
+    digest = source_digest(root)
+    top = str(root) + os.sep
+
+    def stamped(base: type) -> type:
+        class Stamped(base):  # type: ignore[misc, valid-type]
+            _learnedidx_root = top
+
+            @classmethod
+            def from_function(cls, py_func, py_file):
+                if not os.path.abspath(py_file).startswith(top):
+                    return None
+                return super().from_function(py_func, py_file)
+
+            def get_source_stamp(self):
+                return super().get_source_stamp(), digest
+
+        Stamped.__name__ = Stamped.__qualname__ = f"LearnedIdx{base.__name__}"
+        return Stamped
+
+    theirs = [c for c in classes if getattr(c, "_learnedidx_root", None) != top]
+    CacheImpl._locator_classes = [stamped(c) for c in theirs if getattr(c, "_learnedidx_root", None) is None] + theirs
+    return True
+
+
 def configure() -> str | None:
-    """Set ``NUMBA_CACHE_DIR`` when Numba would find no place to cache; the directory
-    chosen, or None when Numba's own choice stands."""
+    """Stamp the package's kernels (:func:`stamp_kernels`) and set ``NUMBA_CACHE_DIR``
+    when Numba would find no place to cache; the directory chosen, or None when Numba's own
+    choice stands."""
+    stamp_kernels()
     if os.environ.get("NUMBA_CACHE_DIR") or _numba_finds_a_place():
         return None
     d = private_dir(tempfile.gettempdir())

@@ -50,3 +50,47 @@ def test_the_private_directory_is_reused_and_a_set_cache_dir_left_alone(tmp_path
     assert first == str(tmp_path / f"learnedidx-numba-{os.getuid()}") == jitcache.private_dir(tmp_path)
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "mine"))
     assert jitcache.configure() is None and os.environ["NUMBA_CACHE_DIR"] == str(tmp_path / "mine")
+
+
+PROBE = """
+import numpy as np
+from learnedidx.index import foldin
+foldin.key_prefix(np.array([0, 2, 4], np.int64), np.frombuffer(b"abac", np.uint8), 2)
+s = foldin.key_prefix.stats
+print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))
+"""
+
+
+def test_a_kernel_is_compiled_again_when_another_source_of_the_package_changes(tmp_path):
+    # foldin's kernels inline the layout's functions and constants: a cached kernel must
+    # not outlive a change to layout.py, though foldin.py itself is unchanged.
+    import shutil
+    pkg = tmp_path / "pkg"
+    shutil.copytree(jitcache.PACKAGE, pkg / "learnedidx", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(pkg), "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+
+    def probe() -> tuple[int, int]:
+        out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=600,
+                             cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-2000:]
+        hits, misses = out.stdout.split()
+        return int(hits), int(misses)
+
+    assert probe() == (0, 1)  # compiled and cached
+    assert probe() == (1, 0)  # loaded from the cache
+    with open(pkg / "learnedidx" / "index" / "layout.py", "a") as f:
+        f.write("\n# changed\n")
+    assert probe() == (0, 1)  # compiled again
+    assert probe() == (1, 0)
+
+
+def test_the_digest_covers_every_source_by_name_and_content(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "b.py").write_text("y = 2\n")
+    d0 = jitcache.source_digest(tmp_path)
+    (tmp_path / "sub" / "b.py").write_text("y = 3\n")  # same size
+    d1 = jitcache.source_digest(tmp_path)
+    (tmp_path / "sub" / "b.py").rename(tmp_path / "sub" / "c.py")
+    d2 = jitcache.source_digest(tmp_path)
+    assert len({d0, d1, d2}) == 3
