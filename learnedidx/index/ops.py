@@ -313,7 +313,6 @@ def apply_many(daddr, keys, values, out, start, counts) -> int:
     _, _, rgid = root(d)
     tab = table(d)
     cf = coefs(d)
-    B = d[D_B]
     qps = np.empty(_WLANES, np.int64)
     qls = np.empty(_WLANES, np.int64)
     grp = np.empty(_WLANES, np.int64)

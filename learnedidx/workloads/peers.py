@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Callable, Sequence
+from typing import Sequence
 
 import learnedidx
 from learnedidx.errors import WorkloadError

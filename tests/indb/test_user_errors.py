@@ -14,7 +14,6 @@ import pytest
 
 from learnedidx import errors
 from learnedidx.server import protocol as P
-from tests.indb.conftest import load
 
 pytestmark = pytest.mark.postgres
 

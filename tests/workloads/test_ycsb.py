@@ -8,7 +8,7 @@ import pytest
 
 from learnedidx.errors import WorkloadError
 from learnedidx.workloads import generators as gen
-from learnedidx.workloads.spec import (INSERT, OP_NAMES, READ, SCAN, KeySpace, Workload, load_properties,
+from learnedidx.workloads.spec import (INSERT, OP_NAMES, SCAN, KeySpace, Workload, load_properties,
                                        parse_properties, run_stream)
 
 
