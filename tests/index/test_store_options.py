@@ -66,7 +66,7 @@ def test_max_features_wider_than_the_trainer_is_refused_at_open():
         learnedidx.open(trainer="fpga-emu", max_features=40)
     with learnedidx.open(trainer="fpga-emu", trainer_options={"max_features": 48}, max_features=40,
                          retrain="off") as db:
-        db.put_many([b"k%06d" % i for i in range(3000)], [b"v"] * 3000)
+        db.put_many([b"k%06d" % i for i in range(6000)], [b"v"] * 6000)
         assert db.stats()["device_cycles"] > 0 and db.stats()["trainer_failed"] is False
 
 

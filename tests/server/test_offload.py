@@ -173,7 +173,7 @@ def test_store_wider_than_the_server_device_is_refused_at_open(server, tmp_path)
     # Not reachable at open: nothing to check against, the store opens (and falls back later).
     with learnedidx.open(trainer="server", trainer_options={"socket": str(tmp_path / "none.sock")},
                          max_features=40, retrain="off") as db:
-        db.put_many([b"k%05d" % i for i in range(3000)], [b"v"] * 3000)
+        db.put_many([b"k%05d" % i for i in range(6000)], [b"v"] * 6000)
         assert db.stats()["trainer_failed"] is True and db.get(b"k00001") == b"v"
 
 
