@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from learnedidx.index import fitting, grouping
+from learnedidx.index import foldin as FI
 from learnedidx.index import layout as L
 from learnedidx.index import ops as O
 from learnedidx.index.keys import KeyBatch
@@ -303,3 +304,35 @@ def test_get_many_answers_repeated_keys_each_time_and_counts_their_references(n,
     assert sys.getrefcount(v0) == before + sum(o is v0 for o in out)
     del out
     assert sys.getrefcount(v0) == before
+
+
+@settings(max_examples=25, deadline=None)
+@given(pattern=st.sampled_from(["random", "appended", "prepended", "clustered"]), seed=st.integers(0, 2 ** 32 - 1))
+def test_a_fold_in_keeps_bounds_no_wider_than_the_old_model_moved_by_its_inserts(pattern, seed):
+    # Whatever the insert pattern (the scaled model fits random inserts, not appends), the
+    # fold-in keeps the narrower bounds: never wider than the old bounds moved by every
+    # insert together with the old model's exact errors on the keys it now holds.
+    rng = np.random.default_rng(seed)
+    opts = StoreOptions(group_size=4096, buffer_threshold=64)
+    base = np.sort(rng.choice(10 ** 9, 1500, replace=False)) + 10 ** 9
+    ref = {b"user%012d" % x: b"v" for x in base}
+    live = _built(ref, opts)
+    (g,) = live.root_order()
+    news = {"random": rng.choice(3 * 10 ** 9, 512, replace=False),
+            "appended": 3 * 10 ** 9 + np.arange(512) * 7,
+            "prepended": np.arange(512) * 7,
+            "clustered": base[700] + 1 + rng.choice(10 ** 6, 512, replace=False)}[pattern]
+    for t in range(0, 512, 64):
+        row = live.tab[g]
+        lo0, hi0, mprefix, feat = (int(row[c]) for c in (L.T_ERRLO, L.T_ERRHI, L.T_MPREFIX, L.T_FEAT))
+        coef0 = live.coef[g].copy()
+        for x in news[t:t + 64]:
+            k = b"user%012d" % x
+            _put(live, k, b"n")
+            ref[k] = b"n"
+        if live.root_order() != [g]:
+            break  # split: the pieces' bounds are computed exactly
+        grp = live.groups[g]
+        elo, ehi = FI.model_error_of(grp.offs, grp.kbytes, int(live.tab[g, L.T_N]), mprefix, feat, coef0)
+        assert _window(live, g) <= max(hi0 + 64, ehi) - min(lo0, elo), (pattern, t)
+    assert contents(live) == ref
