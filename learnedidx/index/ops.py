@@ -204,6 +204,35 @@ def _list(obj):
 _LANES = 32  # queries in flight together in get_many
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _lane_places(tab, cf, n, qps, qls, grp, wa, wb, qhs, rs) -> None:
+    """The places among their groups' merged keys of the ``n`` queries of a lane (query j:
+    bytes ``qps[j]``/``qls[j]``, group ``grp[j]``), each step done for all of them before
+    the next so that their misses overlap: the model's window (its lines start loading),
+    the heads search (the key and value it lands on start loading), the key compare.
+    ``rs[j]``: query j's merged position, or -1."""
+    for j in range(n):
+        g = grp[j]
+        a, b, qh = window(tab[g], cf[g], qps[j], qls[j])
+        wa[j], wb[j], qhs[j] = a, b, qh
+        if a >= 0:
+            heads, offs, _ = merged(tab[g])
+            prefetch_window(heads, offs, tab[g, T_VITEMS], a, b)
+    for j in range(n):
+        if wa[j] >= 0:
+            row = tab[grp[j]]
+            heads, offs, base = merged(row)
+            x = heads_bound(heads, qhs[j], wa[j], wb[j])
+            rs[j] = x
+            if x < wb[j]:
+                prefetch_address(item(row[T_VITEMS], x))
+                prefetch_address(base + offs[x])
+    for j in range(n):
+        row = tab[grp[j]]
+        x, eq = finish(row, qps[j], qls[j], qhs[j], wa[j], wb[j], rs[j] if wa[j] >= 0 else -1)
+        rs[j] = exact(row, qps[j], qls[j], x, eq)
+
+
 @njit(cache=True)
 def get_many(daddr, keys, out) -> int:
     """Values of the key objects of list ``keys`` into list ``out`` (as long, of Nones);
@@ -232,7 +261,8 @@ def get_many(daddr, keys, out) -> int:
     _, _, rgid = root(d)
     tab = table(d)
     cf = coefs(d)
-    B = d[D_B]
+    qps = np.empty(_LANES, np.int64)
+    qls = np.empty(_LANES, np.int64)
     grp = np.empty(_LANES, np.int64)
     wa = np.empty(_LANES, np.int64)
     wb = np.empty(_LANES, np.int64)
@@ -244,37 +274,10 @@ def get_many(daddr, keys, out) -> int:
         for j in range(n):
             qp, ql = bytes_ptr(item(kit, order[t0 + j]))
             r = find_root_near(d, qp, ql, r)
-            g = rgid[r]
-            a, b, qh = window(tab[g], cf[g], qp, ql)
-            grp[j], wa[j], wb[j], qhs[j] = g, a, b, qh
-            if a >= 0:
-                heads, offs, _ = merged(tab[g])
-                prefetch_window(heads, offs, tab[g, T_VITEMS], a, b)
+            qps[j], qls[j], grp[j] = qp, ql, rgid[r]
+        _lane_places(tab, cf, n, qps, qls, grp, wa, wb, qhs, rs)
         for j in range(n):
-            if wa[j] >= 0:
-                row = tab[grp[j]]
-                heads, offs, base = merged(row)
-                x = heads_bound(heads, qhs[j], wa[j], wb[j])
-                rs[j] = x
-                if x < wb[j]:
-                    prefetch_address(item(row[T_VITEMS], x))
-                    prefetch_address(base + offs[x])
-        for j in range(n):
-            t = order[t0 + j]
-            qp, ql = bytes_ptr(item(kit, t))
-            g = grp[j]
-            row = tab[g]
-            x, eq = finish(row, qp, ql, qhs[j], wa[j], wb[j], rs[j] if wa[j] >= 0 else -1)
-            i = exact(row, qp, ql, x, eq)
-            v = 0
-            if i >= 0:
-                v = item(row[T_VITEMS], i)
-            else:
-                bord = buffer(row, B)
-                if bord[0]:
-                    jj, found = buffer_search(row, B, bord, qp, ql)
-                    if found:
-                        v = item(row[T_VITEMS], row[T_N] + bord[2 + 2 * jj])
+            v = _lookup_at(d, grp[j], rs[j], qps[j], qls[j])
             rs[j] = v
             if v != 0:
                 prefetch_address(v)
@@ -298,8 +301,8 @@ def apply_many(daddr, keys, values, out, start, counts) -> int:
     filled its group's buffer.  ``counts[0]`` counts the keys inserted, ``counts[1]`` is
     the group of a C_FULL, C_NEED_COW or C_INSERTED_FULL.
 
-    ``_WLANES`` operations at a time: first each one's place among its group's merged keys,
-    step by step for all of them as :func:`get_many` does, so that their misses overlap;
+    ``_WLANES`` operations at a time: first each one's place among its group's merged keys
+    (:func:`_lane_places`, as :func:`get_many` finds them), so that their misses overlap;
     then the operations in order, each from its place (a read sees every earlier write).
     The places hold: nothing in the call changes a group's merged keys (writes change
     values and insert buffers; a full buffer is folded in by the caller, who then calls
@@ -340,28 +343,12 @@ def apply_many(daddr, keys, values, out, start, counts) -> int:
                 prefetch_address(v)  # its count goes up
         for j in range(n):
             g = rgid[find_root(d, qps[j], qls[j])]
-            a, b, qh = window(tab[g], cf[g], qps[j], qls[j])
-            grp[j], wa[j], wb[j], qhs[j] = g, a, b, qh
+            grp[j] = g
             prefetch_address(tab[g, T_BORD])
-            if a >= 0:
-                heads, offs, _ = merged(tab[g])
-                prefetch_window(heads, offs, tab[g, T_VITEMS], a, b)
+        _lane_places(tab, cf, n, qps, qls, grp, wa, wb, qhs, rs)
         for j in range(n):
-            if wa[j] >= 0:
-                row = tab[grp[j]]
-                heads, offs, base = merged(row)
-                x = heads_bound(heads, qhs[j], wa[j], wb[j])
-                rs[j] = x
-                if x < wb[j]:
-                    prefetch_address(item(row[T_VITEMS], x))
-                    prefetch_address(base + offs[x])
-        for j in range(n):
-            row = tab[grp[j]]
-            x, eq = finish(row, qps[j], qls[j], qhs[j], wa[j], wb[j], rs[j] if wa[j] >= 0 else -1)
-            i = exact(row, qps[j], qls[j], x, eq)
-            rs[j] = i
-            if i < 0:  # the insert buffer's search: its middle lines
-                bp = row[T_BORD]
+            if rs[j] < 0:  # the insert buffer's search: its middle lines
+                bp = tab[grp[j], T_BORD]
                 cnt = load_word(bp)
                 prefetch_address(bp + 8 * (1 + 2 * (cnt >> 1)))
                 prefetch_address(bp + 8 * (1 + 2 * (cnt >> 2)))
