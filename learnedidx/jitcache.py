@@ -111,8 +111,8 @@ def stamp_kernels(root: Path = PACKAGE) -> bool:
         Stamped.__name__ = Stamped.__qualname__ = f"LearnedIdx{base.__name__}"
         return Stamped
 
-    theirs = [c for c in classes if getattr(c, "_learnedidx_root", None) != top]
-    CacheImpl._locator_classes = [stamped(c) for c in theirs if getattr(c, "_learnedidx_root", None) is None] + theirs
+    numbas = [c for c in classes if not hasattr(c, "_learnedidx_root")]  # a former call's are replaced
+    CacheImpl._locator_classes = [stamped(c) for c in numbas] + numbas
     return True
 
 
