@@ -39,6 +39,24 @@ class KeyBatch:
         ab, ol = self.arena.tobytes(), self.offsets.tolist()
         return [ab[ol[i]:ol[i + 1]] for i in range(len(ol) - 1)]
 
+    @classmethod
+    def joined(cls, parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> "KeyBatch":
+        """The keys of several runs, in order, as one batch; a run is an arena and the
+        offsets of its keys in it (which need not start at 0)."""
+        if not parts:
+            return cls(np.zeros(0, np.uint8), np.zeros(1, np.int64))
+        if len(parts) == 1 and parts[0][1][0] == 0:
+            return cls(*parts[0])
+        arena = np.concatenate([a[o[0]:o[-1]] for a, o in parts])
+        offsets = np.empty(sum(len(o) - 1 for _, o in parts) + 1, np.int64)
+        offsets[0] = at = base = 0
+        for _, o in parts:
+            k = len(o) - 1
+            offsets[at + 1:at + k + 1] = o[1:] - o[0] + base
+            at += k
+            base += int(o[-1] - o[0])
+        return cls(arena, offsets)
+
 
 #: One key or value, where a sequence of them is expected, is refused: iterating it would
 #: silently write its characters (or byte values) one by one.

@@ -11,10 +11,13 @@ without the lock (SIA incremental QR on the memoized R plus the new keys' rows, 
 QR; Numba releases the GIL, the server and the emulated FPGA train in their own process or
 thread), and the result is published under the lock with exact error bounds over the
 group's keys *at that moment*: a model fitted to slightly older keys is still exact.
+A trainer that takes batches (``train_keys``: the server, one round trip) is handed up to
+:data:`BATCH_GROUPS` due groups at once, as their keys.
 """
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -26,10 +29,11 @@ from learnedidx.index import foldin as FI
 from learnedidx.index import kernels as K
 from learnedidx.index import layout as L
 from learnedidx.index.fitting import Fits, fit_groups, fit_one
+from learnedidx.index.keys import KeyBatch
 from learnedidx.index.live import Group, LiveIndex, Memo
 from learnedidx.index.options import StoreOptions
 from learnedidx.index.qr import CpuBackend
-from learnedidx.index.training import TrainingBackend, feature_limit, get_backend
+from learnedidx.index.training import KeysJob, TrainingBackend, feature_limit, get_backend
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +91,16 @@ class Retrainer:
         return fits
 
     def fit_cpu(self, kbytes: np.ndarray, offs: np.ndarray, n: int, memo: Memo | None, use_memo: bool,
-                pending: list) -> tuple | None:
+                pending: list, in_process: bool = False) -> tuple | None:
         """One group retrained in one compiled call that releases the GIL
         (:func:`~learnedidx.index.fitting.fit_one`), when training runs in-process on the
-        cpu backend; None otherwise (the caller then builds the feature matrices for
-        :meth:`train`)."""
+        cpu backend (or ``in_process``); None otherwise (the caller then builds the feature
+        matrices for :meth:`train`)."""
         backend = self.cpu if self.failed and not self._retrying() else self.trainer
-        if type(backend) is not CpuBackend:
+        if type(backend) is not CpuBackend and not in_process:
             return None
-        parena, poffs = _joined(pending)
+        joined = KeyBatch.joined([(b.arena, b.offsets) for b in pending])
+        parena, poffs = joined.arena, joined.offsets
         t0 = time.perf_counter()
         out = fit_one(kbytes, offs, n, self.max_features,
                       memo.R if memo is not None else _NO_R, memo.prefix if memo else -1, memo.feat if memo else -1,
@@ -109,20 +114,13 @@ class Retrainer:
         """(R, coef) of one group: full training when ``R_old`` is None, else incremental."""
         retry = self._retrying()
         backend = self.cpu if self.failed and not retry else self.trainer
-        name = getattr(backend, "name", backend)
         try:
             res = backend.train_full(A, b) if R_old is None else backend.train_incremental(R_old, A_delta, A, b)
-            if retry:
-                log.warning("training backend %s answers again; offloading training to it", name)
-                self.failed = False
+            self._answered(retry)
         except Exception as exc:
-            if backend is self.cpu or not is_offload_failure(exc):
+            if backend is self.cpu:
                 raise
-            if not self.failed:
-                log.warning("training backend %s failed (%s); training in-process, retrying it every %g s",
-                            name, exc, self.retry)
-            self.failed = True
-            self._failed_at = time.monotonic()
+            self._failed(exc)
             res = self.cpu.train_full(A, b) if R_old is None else self.cpu.train_incremental(R_old, A_delta, A, b)
         coef = np.asarray(res.coef, np.float64)
         if not np.all(np.isfinite(coef)):  # never trust a device blindly: retrain on the host
@@ -131,24 +129,48 @@ class Retrainer:
         self._count(R_old is None, R_old is not None, res.seconds, int(res.device_cycles))
         return np.asarray(res.R, np.float64), coef
 
+    def _answered(self, retried: bool) -> None:
+        if retried:
+            log.warning("training backend %s answers again; offloading training to it", self.name)
+            self.failed = False
+
+    def _failed(self, exc: Exception) -> None:
+        """The trainer raised ``exc``: raised again unless it is an offload failure, which
+        makes the store train in-process until the trainer is due to be tried again."""
+        if not is_offload_failure(exc):
+            raise exc
+        if not self.failed:
+            log.warning("training backend %s failed (%s); training in-process, retrying it every %g s",
+                        self.name, exc, self.retry)
+        self.failed = True
+        self._failed_at = time.monotonic()
+
+    def batched(self) -> bool:
+        """Whether retrains go to the trainer many at a time now (its ``train_keys``)."""
+        return hasattr(self.trainer, "train_keys") and (not self.failed or self._retrying())
+
+    def train_keys(self, jobs: list[KeysJob]) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        """(R, coef) of each job from one ``train_keys`` call of the trainer; None for a job
+        whose coefficients are not finite, and for all when the trainer failed (the caller
+        then trains those in-process)."""
+        retry = self._retrying()
+        try:
+            results = self.trainer.train_keys(jobs)
+            self._answered(retry)
+        except Exception as exc:
+            self._failed(exc)
+            return [None] * len(jobs)
+        out = []
+        for job, res in zip(jobs, results):
+            coef = np.asarray(res.coef, np.float64)
+            ok = coef.shape == (job.feat + 1,) and bool(np.all(np.isfinite(coef)))  # never trust a device blindly
+            if ok:
+                self._count(job.R_old is None, job.R_old is not None, res.seconds, int(res.device_cycles))
+            out.append((np.asarray(res.R, np.float64), coef) if ok else None)
+        return out
+
 
 _NO_R = np.zeros((0, 0))
-
-
-def _joined(batches: list) -> tuple[np.ndarray, np.ndarray]:
-    """One arena and offsets of several key batches."""
-    if not batches:
-        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
-    if len(batches) == 1:
-        return batches[0].arena, batches[0].offsets
-    arena = np.concatenate([b.arena for b in batches])
-    offs = np.zeros(sum(len(b) for b in batches) + 1, np.int64)
-    at, base = 1, 0
-    for b in batches:
-        offs[at:at + len(b)] = b.offsets[1:] + base
-        at += len(b)
-        base += int(b.offsets[-1])
-    return arena, offs
 
 
 # ------------------------------------------------------------------ one group's retrain
@@ -187,30 +209,64 @@ def take_job(live: LiveIndex, g: int) -> Job | None:
                list(grp.pending), grp.untrained)
 
 
-def fit(job: Job, retrainer: Retrainer, opts: StoreOptions) -> Fit:
-    """The group's new model (no lock needed: key arrays never change)."""
+def _shape(job: Job, opts: StoreOptions) -> tuple[int, int, bool]:
+    """A retrain's prefix and feature length, and whether it may start from the memo
+    (the same prefix and features, and few enough deletes since)."""
+    n, offs, kb = job.n, job.offs, job.kbytes
+    prefix = int(FI.key_prefix(offs, kb, n))
+    feat = int(min(opts.max_features, K.max_key_len(offs, 0, n) - prefix))
+    memo = job.memo
+    incremental = (memo is not None and memo.prefix == prefix and memo.feat == feat
+                   and job.deletes <= opts.full_retrain_fraction * n)
+    return prefix, feat, incremental
+
+
+def fit(job: Job, retrainer: Retrainer, opts: StoreOptions, in_process: bool = False) -> Fit:
+    """The group's new model (no lock needed: key arrays never change); ``in_process``:
+    trained here whatever the store's trainer."""
     n, offs, kb = job.n, job.offs, job.kbytes
     use_memo = job.memo is not None and job.deletes <= opts.full_retrain_fraction * n
-    fused = retrainer.fit_cpu(kb, offs, n, job.memo, use_memo, job.pending)
+    fused = retrainer.fit_cpu(kb, offs, n, job.memo, use_memo, job.pending, in_process)
     if fused is not None:
         coef, prefix, feat, R, incremental, lo, hi = fused
         return Fit(coef[:feat + 1], int(prefix), int(feat), R if n > 1 else None, bool(incremental), (int(lo), int(hi)))
     if n <= 1:
         return Fit(np.zeros(1), 0, 0, None, False)
-    prefix = int(FI.key_prefix(offs, kb, n))
-    feat = int(min(opts.max_features, K.max_key_len(offs, 0, n) - prefix))
+    prefix, feat, incremental = _shape(job, opts)
     A = K.build_features(kb, offs, 0, n, prefix, feat)
     b = np.arange(n, dtype=np.float64)
-    memo = job.memo
-    incremental = (memo is not None and memo.prefix == prefix and memo.feat == feat
-                   and job.deletes <= opts.full_retrain_fraction * n)
     if incremental:
         parts = [K.build_features(kb.arena, kb.offsets, 0, len(kb), prefix, feat) for kb in job.pending]
         A_delta = np.concatenate(parts) if parts else np.zeros((0, feat + 1))
-        R, coef = retrainer.train(A, b, memo.R, A_delta)
+        R, coef = retrainer.train(A, b, job.memo.R, A_delta)
     else:
         R, coef = retrainer.train(A, b, None, None)
     return Fit(np.asarray(coef[:feat + 1], np.float64), prefix, feat, R, incremental)
+
+
+def fit_many(jobs: list[Job], retrainer: Retrainer, opts: StoreOptions) -> list[Fit]:
+    """The new models of several groups: one ``train_keys`` call of the trainer for all of
+    them (the keys travel, not feature rows); a job the trainer did not answer is trained
+    in-process."""
+    shaped = [(job, *_shape(job, opts)) if job.n > 1 else None for job in jobs]
+    keyed = []
+    for s in shaped:
+        if s is None:
+            continue
+        job, prefix, feat, incremental = s
+        new = KeyBatch.joined([(b.arena, b.offsets) for b in job.pending]) if incremental else None
+        keyed.append(KeysJob(job.kbytes, job.offs[:job.n + 1], prefix, feat, job.memo.R if incremental else None,
+                             new.arena if new else None, new.offsets if new else None))
+    results = iter(retrainer.train_keys(keyed) if keyed else [])
+    fits = []
+    for job, s in zip(jobs, shaped):
+        res = next(results) if s is not None else None
+        if res is None:
+            fits.append(fit(job, retrainer, opts, in_process=True))
+        else:
+            _, prefix, feat, incremental = s
+            fits.append(Fit(res[1], prefix, feat, res[0], incremental))
+    return fits
 
 
 def publish(live: LiveIndex, job: Job, f: Fit) -> bool:
@@ -230,6 +286,10 @@ def publish(live: LiveIndex, job: Job, f: Fit) -> bool:
 
 
 # ------------------------------------------------------------------ groups due for retraining
+#: Most groups retrained together by a trainer that takes batches (one request to the server).
+BATCH_GROUPS = 64
+
+
 class RetrainQueue:
     """The groups due for a retrain and who trains them: the writer at once (``inline``),
     a background thread (``background``), or nobody until :meth:`drain` (``off``).
@@ -283,44 +343,48 @@ class RetrainQueue:
         self.stats["stalls"] += 1
         self.stats["stall_seconds"] += time.perf_counter() - t0
 
-    def _pop(self) -> int | None:
+    def _pop(self, most: int) -> list[int]:
+        """Up to ``most`` due groups, no longer due."""
         with self._cv:
-            if not self.due:
-                return None
-            g = next(iter(self.due))
-            del self.due[g]
-            return g
+            gs = list(itertools.islice(self.due, most))
+            for g in gs:
+                del self.due[g]
+            return gs
 
-    def _train_one(self, g: int, locked: bool) -> None:
-        if locked:
-            job = take_job(self.live, g)
+    def _held(self, locked: bool):
+        """The writer lock, unless the caller holds it already."""
+        return contextlib.nullcontext() if locked else self.lock
+
+    def _train(self, gs: list[int], locked: bool) -> None:
+        """Retrain groups ``gs``: their jobs taken under the writer lock, fitted without it
+        (many at once when the trainer takes batches), each published under it."""
+        with self._held(locked):
+            jobs = [job for g in gs if (job := take_job(self.live, g)) is not None]
+        if self.retrainer.batched():
+            fits = fit_many(jobs, self.retrainer, self.opts)
         else:
-            with self.lock:
-                job = take_job(self.live, g)
-        if job is None:
-            return
-        f = fit(job, self.retrainer, self.opts)
-        if locked:
-            done = publish(self.live, job, f)
-        else:
-            with self.lock:
-                done = publish(self.live, job, f)
-        if done:  # else the group was split meanwhile: its pieces are due and hold its backlog
-            with self._cv:
-                self.backlog -= job.untrained
-                self._cv.notify_all()
+            fits = [fit(job, self.retrainer, self.opts) for job in jobs]
+        done = 0
+        for job, f in zip(jobs, fits):
+            with self._held(locked):
+                if publish(self.live, job, f):  # else the group was split: its pieces are due and hold its backlog
+                    done += job.untrained
+        with self._cv:
+            self.backlog -= done
+            self._cv.notify_all()
 
     def _train_due(self, locked: bool) -> None:
         """Train every due group; ``locked``: the caller holds the writer lock (which then
         serializes retrains: taking ``_training`` after it would invert the lock order of
         the unlocked retrains, which take it before)."""
         with contextlib.nullcontext() if locked else self._training:
-            while (g := self._pop()) is not None:
+            while gs := self._pop(BATCH_GROUPS if self.retrainer.batched() else 1):
                 try:
-                    self._train_one(g, locked)
+                    self._train(gs, locked)
                 except BaseException:
                     with self._cv:  # not trained: still due
-                        self.due[g] = None
+                        for g in gs:
+                            self.due[g] = None
                     raise
 
     def drain(self, locked: bool = False) -> None:

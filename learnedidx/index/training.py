@@ -61,6 +61,30 @@ class TrainingBackend(Protocol):
 
     # Optional: ``feature_limit() -> int | None``, the widest feature length (columns - 1)
     # the backend trains; a store whose max_features exceeds it is refused at open.
+    # Optional: ``train_keys(jobs: list[KeysJob]) -> list[TrainResult]``, many groups'
+    # retrains at once, each given by its keys (the backend builds the feature rows): a
+    # backend that pays per call (a round trip to a server) trains a batch for one call.
+
+
+@dataclass(frozen=True)
+class KeysJob:
+    """One group's retrain given by its keys, for a backend's ``train_keys``: the group's
+    sorted keys (key i is ``arena[offsets[i]:offsets[i + 1]]``, with rank i in ``b``) and,
+    for an incremental job, the keys written since ``R_old`` was factored (the rows of
+    ``A_delta``).  A key's feature row is ``[1.0, its bytes from prefix on, zero-padded or
+    truncated to feat]`` (:func:`learnedidx.index.kernels.build_features`)."""
+
+    arena: np.ndarray  #: uint8 key bytes of the group
+    offsets: np.ndarray  #: int64, one more than the group's keys (they need not start at 0)
+    prefix: int
+    feat: int
+    R_old: np.ndarray | None = None  #: (feat + 1)² memoized factor; None for a full retrain
+    new_arena: np.ndarray | None = None  #: an incremental job's new keys (none: no new rows)
+    new_offsets: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.offsets) - 1
 
 
 def feature_limit(backend: TrainingBackend) -> int | None:

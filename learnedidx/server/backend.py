@@ -11,7 +11,8 @@ from collections import OrderedDict
 import numpy as np
 
 from learnedidx.errors import ProtocolError, RemoteError, ServerUnavailableError
-from learnedidx.index.training import TrainResult
+from learnedidx.index.keys import KeyBatch
+from learnedidx.index.training import KeysJob, TrainResult
 from learnedidx.server.client import Client
 
 
@@ -83,6 +84,39 @@ class ServerBackend:
                     if exc.kind != "cache-miss":
                         raise
         return self._call("train.incremental", self._new_group(), {"R_old": R_old, **arrays})
+
+    def train_keys(self, jobs: list[KeysJob]) -> list[TrainResult]:
+        """Many groups' retrains in one ``train.keys`` request: the keys travel (a few bytes
+        each, not a row of doubles) and the server builds the feature rows.  R's sent and
+        returned this way are not kept on the server (``cache_r`` covers the one-group calls)."""
+        parts, spec = [], []
+        for j in jobs:
+            new = j.new_offsets is not None and j.R_old is not None and len(j.new_offsets) > 1
+            parts.append((j.arena, j.offsets))
+            if new:
+                parts.append((j.new_arena, j.new_offsets))
+            spec.append({"n": j.n, "new": len(j.new_offsets) - 1 if new else 0, "prefix": j.prefix,
+                         "feat": j.feat, "incremental": j.R_old is not None})
+        batch = KeyBatch.joined(parts)
+        arrays = {"keys": batch.arena, "offsets": batch.offsets}
+        olds = [np.asarray(j.R_old, np.float64).reshape(-1) for j in jobs if j.R_old is not None]
+        if olds:
+            arrays["R_old"] = np.concatenate(olds)
+        t0 = time.perf_counter()
+        result, out = self.client.call("train.keys", {"jobs": spec}, arrays)
+        seconds = (time.perf_counter() - t0) / len(jobs)
+        cycles = result.get("cycles")
+        widths = [j.feat + 1 for j in jobs]
+        if (not isinstance(cycles, list) or len(cycles) != len(jobs) or "R" not in out or "coef" not in out
+                or out["coef"].shape != (sum(widths),) or out["R"].shape != (sum(w * w for w in widths),)):
+            raise ProtocolError("the server's train.keys reply does not match the request")
+        res, ra, ca = [], 0, 0
+        for w, c in zip(widths, cycles):
+            res.append(TrainResult(R=out["R"][ra:ra + w * w].reshape(w, w), coef=out["coef"][ca:ca + w],
+                                   seconds=seconds, device_cycles=int(c)))
+            ra += w * w
+            ca += w
+        return res
 
 
 def _digest(R: np.ndarray) -> bytes:

@@ -1,4 +1,5 @@
-"""Accelerator-server handlers for training requests: ``train.full``, ``train.incremental``.
+"""Accelerator-server handlers for training requests: ``train.full``, ``train.incremental``,
+and ``train.keys`` (many groups at once, each given by its keys).
 
 A request may name the group its R factor belongs to (``args.group``, ``args.version``):
 the device then keeps the resulting R (:class:`~learnedidx.server.device.RCache`), and a
@@ -9,8 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from learnedidx.errors import CacheMiss
+from learnedidx.errors import BadRequestError, CacheMiss
+from learnedidx.index.kernels import build_features
 from learnedidx.server.registry import HandlerContext, handler
+
+#: Most groups one ``train.keys`` request may carry.
+MAX_KEY_JOBS = 4096
 
 
 def _f64(arrays: dict, name: str) -> np.ndarray:
@@ -60,3 +65,86 @@ def train_incremental(args, arrays, ctx):
     res = ctx.server.device.run("incremental", _f64(arrays, "A"), _f64(arrays, "b"), R_old,
                                 _f64(arrays, "A_delta"), r_resident=cached)
     return _reply(ctx, res, None if key is None else (key[0], key[1] + 1), cached)
+
+
+def _int(job: dict, name: str, lo: int, hi: int) -> int:
+    v = job.get(name)
+    if type(v) is not int or not lo <= v <= hi:
+        raise BadRequestError(f"job field {name!r} must be an integer in {lo}..{hi}, not {v!r}")
+    return v
+
+
+def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> list[tuple[int, int, int, int, int, bool]]:
+    """The jobs of a ``train.keys`` request, checked against its arrays before any is read:
+    ``(first key, n, new keys, prefix, feat, incremental)`` each.  The feature rows are read
+    from ``keys`` by compiled code that trusts its offsets, so every offset is checked here;
+    and a job's feature matrix, built on the server from a few bytes per key, may not exceed
+    the server's per-request array limit."""
+    jobs = args.get("jobs")
+    if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_KEY_JOBS:
+        raise BadRequestError(f"'jobs' must be a list of 1..{MAX_KEY_JOBS} jobs")
+    keys, offsets = arrays.get("keys"), arrays.get("offsets")
+    if keys is None or offsets is None:
+        raise BadRequestError("train.keys needs arrays 'keys' and 'offsets'")
+    if keys.dtype != np.uint8 or keys.ndim != 1 or offsets.dtype != np.int64 or offsets.ndim != 1:
+        raise BadRequestError("'keys' must be a uint8 vector and 'offsets' an int64 vector")
+    if (len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != len(keys)
+            or np.any(offsets[1:] < offsets[:-1])):
+        raise BadRequestError("'offsets' must rise from 0 to the length of 'keys'")
+    out, at, r_words = [], 0, 0
+    total = len(offsets) - 1
+    for job in jobs:
+        if not isinstance(job, dict):
+            raise BadRequestError("every job must be an object")
+        n = _int(job, "n", 1, total)
+        new = _int(job, "new", 0, total)
+        prefix = _int(job, "prefix", 0, 1 << 30)
+        feat = _int(job, "feat", 0, max_features)
+        incremental = job.get("incremental", False)
+        if type(incremental) is not bool or (new and not incremental):
+            raise BadRequestError("'incremental' must be a boolean, true for a job with new keys")
+        if (n + new) * (feat + 1) * 8 > max_bytes:
+            raise BadRequestError(f"a job of {n + new} keys and {feat} features exceeds the server's limit of {max_bytes} bytes")
+        if at + n + new > total:
+            raise BadRequestError("the jobs name more keys than 'offsets' holds")
+        out.append((at, n, new, prefix, feat, incremental))
+        at += n + new
+        r_words += (feat + 1) ** 2 if incremental else 0
+    if at != total:
+        raise BadRequestError("the jobs name fewer keys than 'offsets' holds")
+    r_old = arrays.get("R_old")
+    if r_words and (r_old is None or r_old.ndim != 1 or len(r_old) != r_words):
+        raise BadRequestError(f"'R_old' must hold the {r_words} entries of the incremental jobs' factors")
+    return out
+
+
+@handler("train.keys")
+def train_keys(args, arrays, ctx):
+    """Many groups' retrains in one request: each job names its keys in ``keys``/``offsets``
+    (the group's n keys, then its new keys), its prefix and feature length; the device
+    trains them in order from feature rows built here.  Results concatenated: ``R`` (each
+    job's (feat+1)² entries) and ``coef`` (feat+1 each); ``cycles`` per job."""
+    device = ctx.server.device
+    jobs = _key_jobs(args, arrays, device.max_features, ctx.server.config.max_array_bytes)
+    keys, offsets = arrays["keys"], arrays["offsets"]
+    r_old = _f64(arrays, "R_old") if "R_old" in arrays else np.zeros(0)
+    Rs, coefs, cycles = [], [], []
+    device_s = host_s = 0.0
+    r_at = 0
+    for at, n, new, prefix, feat, incremental in jobs:
+        A = build_features(keys, offsets, at, at + n, prefix, feat)
+        b = np.arange(n, dtype=np.float64)
+        if incremental:
+            w = feat + 1
+            R = r_old[r_at:r_at + w * w].reshape(w, w)
+            r_at += w * w
+            res = device.run("incremental", A, b, R, build_features(keys, offsets, at + n, at + n + new, prefix, feat))
+        else:
+            res = device.run("full", A, b)
+        Rs.append(np.asarray(res["R"], np.float64).reshape(-1))
+        coefs.append(np.asarray(res["coef"], np.float64))
+        cycles.append(int(res["cycles"]))
+        device_s += res["device_seconds"]
+        host_s += res["host_seconds"]
+    return ({"cycles": cycles, "device_seconds": device_s, "host_seconds": host_s},
+            {"R": np.concatenate(Rs), "coef": np.concatenate(coefs)})
