@@ -33,30 +33,76 @@ RIDGE_FP32 = 1e-3
 RIDGE_FP64 = 1e-6
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _tree(buf, width):
+    """Reduce the rows of ``buf`` (width × k: a chunk's products, one column per dot) as
+    the adder tree does, pairwise level by level; the sums are left in row 0."""
+    w = width
+    while w > 1:
+        for j in range(w // 2):
+            for c in range(buf.shape[1]):
+                buf[j, c] = buf[2 * j, c] + buf[2 * j + 1, c]
+        if w % 2 == 1:
+            for c in range(buf.shape[1]):
+                buf[w // 2, c] = buf[w - 1, c]
+        w = (w + 1) // 2
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _dots(W, lo, hi, v, start, width, buf, acc) -> None:
+    """``acc[j - lo]``: the dot product of v[start:] with W[j][start:] for each j in
+    lo..hi-1, as the hardware sums it: ``width`` products per cycle reduced by a pairwise
+    adder tree, tree outputs accumulated in order.  The trees of all j side by side (the
+    same sums, in the same order, as one dot at a time); ``buf``: a width × (hi - lo)
+    workspace."""
+    k = hi - lo
+    m = W.shape[1]
+    for jj in range(k):
+        acc[jj] = 0.0
+    for i in range(start, m, width):
+        cnt = min(width, m - i)
+        for jj in range(k):
+            w = W[lo + jj]
+            for r in range(cnt):
+                buf[r, jj] = v[i + r] * w[i + r]
+            for r in range(cnt, width):
+                buf[r, jj] = 0.0
+        _tree(buf[:, :k], width)
+        for jj in range(k):
+            acc[jj] += buf[0, jj]
+
+
 @njit(cache=True, nogil=True)
 def tree_dot(x, y, start, width):
-    """Dot product of x[start:] and y[start:] as the hardware sums it: ``width`` products
-    per cycle reduced by a pairwise adder tree, tree outputs accumulated in order."""
-    acc = x.dtype.type(0.0)
-    n = x.shape[0]
-    buf = np.empty(width, x.dtype)
-    i = start
-    while i < n:
-        m = min(width, n - i)
-        for j in range(m):
-            buf[j] = x[i + j] * y[i + j]
-        for j in range(m, width):
-            buf[j] = 0.0
-        w = width
-        while w > 1:
-            h = (w + 1) // 2
-            for j in range(w // 2):
-                buf[j] = buf[2 * j] + buf[2 * j + 1]
-            if w % 2 == 1:
-                buf[w // 2] = buf[w - 1]
-            w = h
-        acc += buf[0]
-        i += width
+    """Dot product of x[start:] and y[start:] as the hardware's dot-product tree sums it
+    (:func:`_dots`), in x's dtype."""
+    buf = np.empty((width, 1), x.dtype)
+    acc = np.empty(1, x.dtype)
+    _dots(y.reshape(1, y.shape[0]), 0, 1, x, start, width, buf, acc)
+    return acc[0]
+
+
+@njit(cache=True, nogil=True)
+def tree_dots(A, y, width, one):
+    """``tree_dot`` of every column of ``A`` (N × n, any float; row-major) with ``y`` (N),
+    both taken in the precision of ``one`` (a device scalar): Aᵀy as the dot-product trees
+    compute it.  A chunk of ``width`` rows at a time, the trees of all columns side by
+    side (the same sums, in the same order, as one column at a time)."""
+    N, n = A.shape
+    buf = np.empty((width, n), type(one))
+    acc = np.zeros(n, type(one))
+    for i in range(0, N, width):
+        m = min(width, N - i)
+        for r in range(m):
+            yi = type(one)(y[i + r])
+            for j in range(n):
+                buf[r, j] = type(one)(A[i + r, j]) * yi
+        for r in range(m, width):
+            for j in range(n):
+                buf[r, j] = 0.0
+        _tree(buf, width)
+        for j in range(n):
+            acc[j] += buf[0, j]
     return acc
 
 
@@ -68,9 +114,12 @@ def householder_unit(W, width):
     m = W.shape[1]
     one = W.dtype.type(1.0)
     two = W.dtype.type(2.0)
+    buf = np.empty((width, n), W.dtype)
+    acc = np.empty(n, W.dtype)
     for k in range(min(n, m)):
         v = W[k]
-        norm2 = tree_dot(v, v, k, width)
+        _dots(W, k, k + 1, v, k, width, buf, acc)
+        norm2 = acc[0]
         if norm2 == 0.0:
             continue
         norm = np.sqrt(norm2)
@@ -82,9 +131,12 @@ def householder_unit(W, width):
             v[k] = alpha
             continue
         inv = two * (one / vtv)  # the reciprocal unit
+        # The inner PEs: each column's dot with the reflector (all before any update, which
+        # changes no other column's dot), then the scaled subtraction.
+        _dots(W, k + 1, n, v, k, width, buf, acc)
         for j in range(k + 1, n):
             w = W[j]
-            s = tree_dot(v, w, k, width) * inv
+            s = acc[j - k - 1] * inv
             for i in range(k, m):
                 w[i] -= s * v[i]
         v[k] = alpha
@@ -176,9 +228,7 @@ class FpgaDatapath:
             R = householder_unit(np.ascontiguousarray(W), self.cfg.dot_width)
         else:
             R = R_old.astype(self.dtype)
-        At = np.ascontiguousarray(A.T.astype(self.dtype))
-        bb = b.astype(self.dtype)
-        atb = np.array([tree_dot(At[j], bb, 0, self.cfg.dot_width) for j in range(n)], self.dtype)
+        atb = tree_dots(np.ascontiguousarray(A), np.ascontiguousarray(b), self.cfg.dot_width, self.dtype(1.0))
         x = back_substitute(R, forward_substitute_t(R, atb))
         return R.astype(np.float64), x.astype(np.float64), cycles_incremental(self.cfg, N, n, d, r_resident)
 

@@ -6,7 +6,7 @@ import pytest
 import scipy.linalg
 
 from learnedidx.accel.config import DeviceConfig
-from learnedidx.accel.fpga import FpgaDatapath, cycles_full, cycles_incremental, tree_dot
+from learnedidx.accel.fpga import FpgaDatapath, cycles_full, cycles_incremental, householder_unit, tree_dot, tree_dots
 from learnedidx.errors import ConfigError
 from learnedidx.index.qr import solve_full
 
@@ -23,6 +23,71 @@ def test_tree_dot_is_a_dot_product():
     y = rng.random(1001).astype(np.float32)
     for w in (1, 3, 8, 16):
         assert tree_dot(x, y, 5, w) == pytest.approx(float(x[5:] @ y[5:]), rel=1e-5)
+
+
+def _tree_dot_spec(x, y, start, width):
+    """The adder tree one dot at a time, in numpy scalars of x's dtype (every operation
+    rounded to it): ``width`` products per beat, zero-padded, summed pairwise level by
+    level, the beats' sums accumulated in order."""
+    acc = x.dtype.type(0.0)
+    for i in range(start, len(x), width):
+        buf = [x[j] * y[j] for j in range(i, min(i + width, len(x)))]
+        buf += [x.dtype.type(0.0)] * (width - len(buf))
+        while len(buf) > 1:
+            buf = [buf[2 * j] + buf[2 * j + 1] for j in range(len(buf) // 2)] + ([buf[-1]] if len(buf) % 2 else [])
+        acc += buf[0]
+    return acc
+
+
+def _householder_spec(W, width):
+    """The QR unit, one column at a time (the definition :func:`householder_unit` keeps)."""
+    W = W.copy()
+    n, m = W.shape
+    one, two = W.dtype.type(1.0), W.dtype.type(2.0)
+    for k in range(min(n, m)):
+        v = W[k]
+        norm2 = _tree_dot_spec(v, v, k, width)
+        if norm2 == 0.0:
+            continue
+        norm = np.sqrt(norm2)
+        xk = v[k]
+        alpha = -norm if xk >= 0 else norm
+        v[k] = xk - alpha
+        vtv = two * (norm2 - alpha * xk)
+        if vtv == 0.0:
+            v[k] = alpha
+            continue
+        inv = two * (one / vtv)
+        for j in range(k + 1, n):
+            s = _tree_dot_spec(v, W[j], k, width) * inv
+            W[j, k:] -= s * v[k:]
+        v[k] = alpha
+    return np.array([[W[j, i] if j >= i and i < min(n, m) else 0 for j in range(n)] for i in range(n)], W.dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dot_trees_are_bit_identical_to_one_dot_at_a_time(dtype):
+    """The kernels run many trees side by side; every sum must be the one the tree makes
+    for that dot alone, to the last bit (lengths and widths that leave partial beats)."""
+    rng = np.random.default_rng(3)
+    for width in (1, 2, 3, 5, 8, 16):
+        for length in (1, 7, 8, 9, 61):
+            x = (rng.standard_normal(length) * 100).astype(dtype)
+            y = (rng.standard_normal(length) * 100).astype(dtype)
+            for start in sorted({0, 1, length // 2}):
+                got = np.asarray(tree_dot(x, y, start, width), dtype)  # boxed as a Python float: exact
+                assert got.tobytes() == np.asarray(_tree_dot_spec(x, y, start, width), dtype).tobytes()
+            A = rng.standard_normal((length, 6)) * 1e3  # float64, taken in the device's precision
+            b = np.arange(length, dtype=np.float64) * 1.1
+            got = tree_dots(A, b, width, dtype(1.0))
+            A_dev, b_dev = A.astype(dtype), b.astype(dtype)
+            want = np.array([_tree_dot_spec(np.ascontiguousarray(A_dev[:, j]), b_dev, 0, width) for j in range(6)], dtype)
+            assert got.tobytes() == want.tobytes()
+    for width in (1, 3, 8):
+        for n, m in ((6, 40), (5, 5), (7, 4)):
+            W = (rng.standard_normal((n, m)) * 50).astype(dtype)
+            W[2] = 0.0  # a zero column: the reflector is skipped
+            assert householder_unit(W.copy(), width).tobytes() == _householder_spec(W, width).tobytes()
 
 
 @pytest.mark.parametrize("precision,tol", [("fp32", 0.5), ("fp64", 1e-6)])

@@ -78,8 +78,9 @@ def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> li
     """The jobs of a ``train.keys`` request, checked against its arrays before any is read:
     ``(first key, n, new keys, prefix, feat, incremental)`` each.  The feature rows are read
     from ``keys`` by compiled code that trusts its offsets, so every offset is checked here;
-    and a job's feature matrix, built on the server from a few bytes per key, may not exceed
-    the server's per-request array limit."""
+    a job's feature matrix, built on the server from a few bytes per key, may not exceed
+    the server's per-request array limit; and the device is handed only finite inputs
+    (rows built from bytes are, R_old is checked)."""
     jobs = args.get("jobs")
     if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_KEY_JOBS:
         raise BadRequestError(f"'jobs' must be a list of 1..{MAX_KEY_JOBS} jobs")
@@ -115,6 +116,8 @@ def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> li
     r_old = arrays.get("R_old")
     if r_words and (r_old is None or r_old.ndim != 1 or len(r_old) != r_words):
         raise BadRequestError(f"'R_old' must hold the {r_words} entries of the incremental jobs' factors")
+    if r_words and not np.all(np.isfinite(r_old)):
+        raise BadRequestError("arrays must be finite")
     return out
 
 
@@ -138,9 +141,10 @@ def train_keys(args, arrays, ctx):
             w = feat + 1
             R = r_old[r_at:r_at + w * w].reshape(w, w)
             r_at += w * w
-            res = device.run("incremental", A, b, R, build_features(keys, offsets, at + n, at + n + new, prefix, feat))
+            res = device.run("incremental", A, b, R, build_features(keys, offsets, at + n, at + n + new, prefix, feat),
+                             checked=True)
         else:
-            res = device.run("full", A, b)
+            res = device.run("full", A, b, checked=True)
         Rs.append(np.asarray(res["R"], np.float64).reshape(-1))
         coefs.append(np.asarray(res["coef"], np.float64))
         cycles.append(int(res["cycles"]))
