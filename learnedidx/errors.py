@@ -90,6 +90,10 @@ class TraceFormatError(WorkloadError, kind="trace-format", sqlstate="22P02"):
     def __init__(self, lineno: int, message: str) -> None:
         super().__init__(f"line {lineno}: {message}")
         self.lineno = lineno
+        self.message = message
+
+    def __reduce__(self):  # pickled (across processes) with its own arguments
+        return type(self), (self.lineno, self.message)
 
 
 # ------------------------------------------------------------------ the store
@@ -109,6 +113,9 @@ class CorruptLogError(LearnedIdxError, kind="corrupt-log", sqlstate="XX001"):
         super().__init__(message)
         self.path = path
         self.offset = offset
+
+    def __reduce__(self):
+        return type(self), (self.args[0], self.path, self.offset)
 
 
 class StoreIOError(LearnedIdxError, OSError, kind="store-io", sqlstate="58030"):
@@ -167,6 +174,9 @@ class RemoteError(LearnedIdxError):
         self.kind = kind  # type: ignore[misc]  # the reply's kind, per instance
         self.sqlstate = SQLSTATES.get(kind, LearnedIdxError.sqlstate)  # type: ignore[misc]
         self.message = message
+
+    def __reduce__(self):
+        return type(self), (self.kind, self.message)
 
 
 #: Reply kinds that say the server or its device failed, not that the request was wrong.

@@ -57,3 +57,20 @@ def test_remote_errors_carry_the_kind_and_sqlstate_of_the_reply():
     assert not errors.is_offload_failure(errors.RemoteError("config", "features exceed the device"))
     assert not errors.is_offload_failure(errors.ConfigError("x"))
     assert errors.is_offload_failure(errors.ServerUnavailableError("down"))
+
+
+def test_every_error_survives_pickling():
+    """Errors cross processes (a multiprocessing pool, the benchmarks' workers): each must
+    come back as the same class with the same message and attributes."""
+    import pickle
+
+    special = {errors.RemoteError: ("device", "the device failed"),
+               errors.TraceFormatError: (7, "bad field"),
+               errors.CorruptLogError: ("damaged", "/x/wal", 12)}
+    classes = [c for c in vars(errors).values()
+               if inspect.isclass(c) and issubclass(c, errors.LearnedIdxError)]
+    for cls in classes:
+        exc = cls(*special.get(cls, ("some message",)))
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is cls and str(back) == str(exc), cls
+        assert {k: v for k, v in vars(back).items()} == {k: v for k, v in vars(exc).items()}, cls
