@@ -51,11 +51,8 @@ def build_features(arena, offsets, start, stop, prefix_len, feat_len):
     A = np.zeros((n, feat_len + 1))
     for r in range(n):
         a = offsets[start + r] + prefix_len
-        e = offsets[start + r + 1]
         A[r, 0] = 1.0
-        for j in range(feat_len):
-            if a + j >= e:
-                break
+        for j in range(min(feat_len, offsets[start + r + 1] - a)):  # a loop without exits vectorizes
             A[r, 1 + j] = arena[a + j]
     return A
 

@@ -123,7 +123,7 @@ class Retrainer:
             self._failed(exc)
             res = self.cpu.train_full(A, b) if R_old is None else self.cpu.train_incremental(R_old, A_delta, A, b)
         coef = np.asarray(res.coef, np.float64)
-        if not np.all(np.isfinite(coef)):  # never trust a device blindly: retrain on the host
+        if not _trusted(res.R, coef, A.shape[1]):  # never trust a device blindly: retrain on the host
             res = self.cpu.train_full(A, b)
             coef = res.coef
         self._count(R_old is None, R_old is not None, res.seconds, int(res.device_cycles))
@@ -163,7 +163,7 @@ class Retrainer:
         out = []
         for job, res in zip(jobs, results):
             coef = np.asarray(res.coef, np.float64)
-            ok = coef.shape == (job.feat + 1,) and bool(np.all(np.isfinite(coef)))  # never trust a device blindly
+            ok = _trusted(res.R, coef, job.feat + 1)  # else trained in-process by the caller
             if ok:
                 self._count(job.R_old is None, job.R_old is not None, res.seconds, int(res.device_cycles))
             out.append((np.asarray(res.R, np.float64), coef) if ok else None)
@@ -171,6 +171,15 @@ class Retrainer:
 
 
 _NO_R = np.zeros((0, 0))
+
+
+def _trusted(R: np.ndarray, coef: np.ndarray, width: int) -> bool:
+    """Whether a trainer's answer may be kept: coefficients and the R factor (memoized for
+    the next incremental retrain) of the right shapes and finite.  An emulated FP32 device
+    can lose a column to rounding and answer NaN in R while its coefficients stay finite."""
+    R = np.asarray(R)
+    return (coef.shape == (width,) and R.shape == (width, width)
+            and bool(np.all(np.isfinite(coef))) and bool(np.all(np.isfinite(R))))
 
 
 # ------------------------------------------------------------------ one group's retrain
@@ -265,7 +274,10 @@ def fit_many(jobs: list[Job], retrainer: Retrainer, opts: StoreOptions) -> list[
             fits.append(fit(job, retrainer, opts, in_process=True))
         else:
             _, prefix, feat, incremental = s
-            fits.append(Fit(res[1], prefix, feat, res[0], incremental))
+            # Exact bounds computed here, without the writer lock, for publish to use while
+            # the group still has these keys (never taken from the trainer).
+            lo, hi = K.error_bounds(job.kbytes, job.offs, 0, job.n, prefix, feat, res[1])
+            fits.append(Fit(res[1], prefix, feat, res[0], incremental, (int(lo), int(hi))))
     return fits
 
 

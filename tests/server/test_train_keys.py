@@ -204,3 +204,56 @@ def test_store_trains_in_process_when_the_server_dies_mid_batch(tmp_path, caplog
     finally:
         proc.stop()
     assert any("training backend server failed" in r.getMessage() for r in caplog.records)
+
+
+def _in_process_server(tmp_path, **config):
+    from learnedidx.server.server import Server, ServerConfig
+
+    srv = Server(ServerConfig(socket_path=str(tmp_path / "p.sock"), **config))
+    srv.bind()
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    return srv, t
+
+
+def test_a_batch_past_the_servers_limit_is_sent_in_parts(tmp_path):
+    """A batch whose arrays exceed the server's per-request limit (each job within it) is
+    split until its parts fit; the results are those of the one-group calls."""
+    jobs, calls = _jobs(np.random.default_rng(9))
+    jobs, calls = jobs * 8, calls * 8
+    widest = max((j.n + (len(j.new_offsets) - 1 if j.new_offsets is not None else 0)) * (j.feat + 1) * 8 for j in jobs)
+    sent = sum(j.arena.nbytes + j.offsets.nbytes for j in jobs)
+    assert sent > widest  # the batch is refused whole; any one job's feature matrix is allowed
+    srv, t = _in_process_server(tmp_path, max_array_bytes=widest)
+    (tmp_path / "plain").mkdir()
+    plain, t2 = _in_process_server(tmp_path / "plain")  # the oracle's: the one-group calls send A
+    try:
+        got = ServerBackend(socket=srv.config.socket_path, cache_r=False).train_keys(jobs)
+        assert len(got) == len(jobs)
+        be = ServerBackend(socket=plain.config.socket_path, cache_r=False)
+        for res, (A, b, R_old, A_delta) in zip(got, calls):
+            one = be.train_full(A, b) if R_old is None else be.train_incremental(R_old, A_delta, A, b)
+            np.testing.assert_array_equal(res.coef, one.coef)
+        assert srv.stats["ops"]["train.keys"] >= 3  # refused whole, then sent in parts
+    finally:
+        for x, th in ((srv, t), (plain, t2)):
+            x.stop()
+            th.join(5)
+
+
+def test_a_server_without_train_keys_gets_one_group_calls(tmp_path, monkeypatch):
+    from learnedidx.server import registry
+
+    monkeypatch.delitem(registry._HANDLERS, "train.keys")  # as a server of an earlier version
+    srv, t = _in_process_server(tmp_path)
+    try:
+        be = ServerBackend(socket=srv.config.socket_path, cache_r=False)
+        jobs, calls = _jobs(np.random.default_rng(10))
+        got = be.train_keys(jobs)
+        for res, (A, b, R_old, A_delta) in zip(got, calls):
+            one = be.train_full(A, b) if R_old is None else be.train_incremental(R_old, A_delta, A, b)
+            np.testing.assert_array_equal(res.R, one.R)
+            np.testing.assert_array_equal(res.coef, one.coef)
+    finally:
+        srv.stop()
+        t.join(5)

@@ -8,6 +8,9 @@ device instead of travelling with every request.
 """
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from learnedidx.errors import BadRequestError, CacheMiss
@@ -121,34 +124,41 @@ def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> li
     return out
 
 
+def _train_key_job(device, keys: np.ndarray, offsets: np.ndarray, job: tuple, R_old: np.ndarray | None) -> dict:
+    """One job of a ``train.keys`` request: its feature rows built from its keys, then
+    trained on the device."""
+    at, n, new, prefix, feat, incremental = job
+    A = build_features(keys, offsets, at, at + n, prefix, feat)
+    b = np.arange(n, dtype=np.float64)
+    if incremental:
+        A_delta = build_features(keys, offsets, at + n, at + n + new, prefix, feat)
+        return device.run("incremental", A, b, R_old, A_delta, checked=True)
+    return device.run("full", A, b, checked=True)
+
+
+#: Threads that build and train the jobs of train.keys requests: rows are built while the
+#: device trains (the kernels release the GIL); the device's own slots bound its jobs.
+_POOL = ThreadPoolExecutor(max(2, os.cpu_count() or 1), thread_name_prefix="learnedidx-train")
+
+
 @handler("train.keys")
 def train_keys(args, arrays, ctx):
     """Many groups' retrains in one request: each job names its keys in ``keys``/``offsets``
     (the group's n keys, then its new keys), its prefix and feature length; the device
-    trains them in order from feature rows built here.  Results concatenated: ``R`` (each
-    job's (feat+1)² entries) and ``coef`` (feat+1 each); ``cycles`` per job."""
+    trains them from feature rows built here.  Results in the jobs' order, concatenated:
+    ``R`` (each job's (feat+1)² entries) and ``coef`` (feat+1 each); ``cycles`` per job."""
     device = ctx.server.device
     jobs = _key_jobs(args, arrays, device.max_features, ctx.server.config.max_array_bytes)
     keys, offsets = arrays["keys"], arrays["offsets"]
     r_old = _f64(arrays, "R_old") if "R_old" in arrays else np.zeros(0)
-    Rs, coefs, cycles = [], [], []
-    device_s = host_s = 0.0
-    r_at = 0
-    for at, n, new, prefix, feat, incremental in jobs:
-        A = build_features(keys, offsets, at, at + n, prefix, feat)
-        b = np.arange(n, dtype=np.float64)
-        if incremental:
-            w = feat + 1
-            R = r_old[r_at:r_at + w * w].reshape(w, w)
-            r_at += w * w
-            res = device.run("incremental", A, b, R, build_features(keys, offsets, at + n, at + n + new, prefix, feat),
-                             checked=True)
-        else:
-            res = device.run("full", A, b, checked=True)
-        Rs.append(np.asarray(res["R"], np.float64).reshape(-1))
-        coefs.append(np.asarray(res["coef"], np.float64))
-        cycles.append(int(res["cycles"]))
-        device_s += res["device_seconds"]
-        host_s += res["host_seconds"]
-    return ({"cycles": cycles, "device_seconds": device_s, "host_seconds": host_s},
-            {"R": np.concatenate(Rs), "coef": np.concatenate(coefs)})
+    olds, r_at = [], 0
+    for job in jobs:
+        w = job[4] + 1
+        olds.append(r_old[r_at:r_at + w * w].reshape(w, w) if job[5] else None)
+        r_at += w * w if job[5] else 0
+    results = list(_POOL.map(lambda jr: _train_key_job(device, keys, offsets, *jr), zip(jobs, olds)))
+    return ({"cycles": [int(r["cycles"]) for r in results],
+             "device_seconds": sum(r["device_seconds"] for r in results),
+             "host_seconds": sum(r["host_seconds"] for r in results)},
+            {"R": np.concatenate([np.asarray(r["R"], np.float64).reshape(-1) for r in results]),
+             "coef": np.concatenate([np.asarray(r["coef"], np.float64) for r in results])})
