@@ -58,6 +58,24 @@ def build_features(arena, offsets, start, stop, prefix_len, feat_len):
 
 
 @njit(cache=True, nogil=True)
+def feature_bytes(arena, offsets, start, stop, prefix_len, feat_len):
+    """``(arena, offsets)`` of the bytes :func:`build_features` reads of keys start..stop-1:
+    each key's bytes from ``prefix_len``, at most ``feat_len`` of them.  With prefix 0 they
+    have the keys' feature rows."""
+    n = stop - start
+    o = np.zeros(n + 1, np.int64)
+    for r in range(n):
+        a = offsets[start + r] + prefix_len
+        o[r + 1] = o[r] + max(0, min(feat_len, offsets[start + r + 1] - a))
+    out = np.empty(o[n], np.uint8)
+    for r in range(n):
+        a = offsets[start + r] + prefix_len
+        for j in range(o[r + 1] - o[r]):
+            out[o[r] + j] = arena[a + j]
+    return out, o
+
+
+@njit(cache=True, nogil=True)
 def common_prefix_len(arena, offsets, start, stop) -> int:
     """Length of the common prefix of the sorted keys start..stop-1 (first vs last suffices)."""
     a = offsets[start]

@@ -11,7 +11,7 @@ from collections import OrderedDict
 import numpy as np
 
 from learnedidx.errors import ProtocolError, RemoteError, ServerUnavailableError
-from learnedidx.index.kernels import build_features
+from learnedidx.index.kernels import build_features, feature_bytes
 from learnedidx.index.keys import KeyBatch
 from learnedidx.index.training import KeysJob, TrainResult
 from learnedidx.server.client import Client
@@ -41,6 +41,8 @@ class ServerBackend:
         self._ids = itertools.count()
         self._known: OrderedDict[bytes, tuple[str, int]] = OrderedDict()  # digest of R -> (group, version)
         self._lock = threading.Lock()
+        self._spare: list[Client] = []  # idle connections for train_keys
+        self._spare_lock = threading.Lock()
 
     def feature_limit(self) -> int | None:
         """The widest feature length the server's device trains (its ``health`` reply), or
@@ -87,16 +89,17 @@ class ServerBackend:
         return self._call("train.incremental", self._new_group(), {"R_old": R_old, **arrays})
 
     def train_keys(self, jobs: list[KeysJob]) -> list[TrainResult]:
-        """Many groups' retrains in one ``train.keys`` request: the keys travel (a few bytes
-        each, not a row of doubles) and the server builds the feature rows.  R's sent and
+        """Many groups' retrains in one ``train.keys`` request: the keys travel (the bytes of
+        each that its feature row reads, not a row of doubles) and the server builds the rows.  R's sent and
         returned this way are not kept on the server (``cache_r`` covers the one-group calls)."""
         parts, spec = [], []
         for j in jobs:
+            # Only the bytes the feature rows read travel (with prefix 0, the same rows).
             new = j.new_offsets is not None and j.R_old is not None and len(j.new_offsets) > 1
-            parts.append((j.arena, j.offsets))
+            parts.append(feature_bytes(j.arena, j.offsets, 0, j.n, j.prefix, j.feat))
             if new:
-                parts.append((j.new_arena, j.new_offsets))
-            spec.append({"n": j.n, "new": len(j.new_offsets) - 1 if new else 0, "prefix": j.prefix,
+                parts.append(feature_bytes(j.new_arena, j.new_offsets, 0, len(j.new_offsets) - 1, j.prefix, j.feat))
+            spec.append({"n": j.n, "new": len(j.new_offsets) - 1 if new else 0, "prefix": 0,
                          "feat": j.feat, "incremental": j.R_old is not None})
         batch = KeyBatch.joined(parts)
         arrays = {"keys": batch.arena, "offsets": batch.offsets}
@@ -104,8 +107,11 @@ class ServerBackend:
         if olds:
             arrays["R_old"] = np.concatenate(olds)
         t0 = time.perf_counter()
+        with self._spare_lock:  # a connection of its own: batches may be in flight together
+            client = self._spare.pop() if self._spare else Client(self.client.address, token=self.client.token,
+                                                                  timeout=self.client.timeout)
         try:
-            result, out = self.client.call("train.keys", {"jobs": spec}, arrays)
+            result, out = client.call("train.keys", {"jobs": spec}, arrays)
         except RemoteError as exc:
             if exc.kind == "too-large" and len(jobs) > 1:  # past the server's limit: halves
                 half = len(jobs) // 2
@@ -113,6 +119,9 @@ class ServerBackend:
             if exc.kind == "unknown-op":  # a server without train.keys: one group a call
                 return [self._train_rows(j) for j in jobs]
             raise
+        finally:
+            with self._spare_lock:
+                self._spare.append(client)
         seconds = (time.perf_counter() - t0) / len(jobs)
         cycles = result.get("cycles")
         widths = [j.feat + 1 for j in jobs]
