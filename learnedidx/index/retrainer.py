@@ -21,7 +21,6 @@ import itertools
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 import numpy as np
 
@@ -326,7 +325,6 @@ class RetrainQueue:
         self._cv = threading.Condition(threading.Lock())  # due, backlog and waiters
         self._training = threading.Lock()  # one retrain at a time per store
         self._stop = False
-        self._helper: ThreadPoolExecutor | None = None  # a second batch in flight (batched trainers)
         self.stats = {"stalls": 0, "stall_seconds": 0.0}
         self._thread: threading.Thread | None = None
         if self.mode == "background":
@@ -394,30 +392,14 @@ class RetrainQueue:
         serializes retrains: taking ``_training`` after it would invert the lock order of
         the unlocked retrains, which take it before)."""
         with contextlib.nullcontext() if locked else self._training:
-            if locked or not self.retrainer.batched():
-                self._train_batches(locked)
-                return
-            # Batches to a trainer that answers them remotely: a helper thread keeps a second
-            # one in flight, so that one batch's keys are gathered, sent and its answers
-            # checked while the trainer trains the other.
-            if self._helper is None:
-                self._helper = ThreadPoolExecutor(1, thread_name_prefix="learnedidx-retrain-helper")
-            second = self._helper.submit(self._train_batches, False)
-            try:
-                self._train_batches(False)
-            finally:
-                second.result()
-
-    def _train_batches(self, locked: bool) -> None:
-        """Train due groups, a batch at a time, until none is due."""
-        while gs := self._pop(BATCH_GROUPS if self.retrainer.batched() else 1):
-            try:
-                self._train(gs, locked)
-            except BaseException:
-                with self._cv:  # not trained: still due
-                    for g in gs:
-                        self.due[g] = None
-                raise
+            while gs := self._pop(BATCH_GROUPS if self.retrainer.batched() else 1):
+                try:
+                    self._train(gs, locked)
+                except BaseException:
+                    with self._cv:  # not trained: still due
+                        for g in gs:
+                            self.due[g] = None
+                    raise
 
     def drain(self, locked: bool = False) -> None:
         """Retrain every due group now, in the calling thread."""
@@ -442,6 +424,4 @@ class RetrainQueue:
             self._cv.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
-        if self._helper is not None:
-            self._helper.shutdown()
 

@@ -41,8 +41,6 @@ class ServerBackend:
         self._ids = itertools.count()
         self._known: OrderedDict[bytes, tuple[str, int]] = OrderedDict()  # digest of R -> (group, version)
         self._lock = threading.Lock()
-        self._spare: list[Client] = []  # idle connections for train_keys
-        self._spare_lock = threading.Lock()
 
     def feature_limit(self) -> int | None:
         """The widest feature length the server's device trains (its ``health`` reply), or
@@ -107,11 +105,8 @@ class ServerBackend:
         if olds:
             arrays["R_old"] = np.concatenate(olds)
         t0 = time.perf_counter()
-        with self._spare_lock:  # a connection of its own: batches may be in flight together
-            client = self._spare.pop() if self._spare else Client(self.client.address, token=self.client.token,
-                                                                  timeout=self.client.timeout)
         try:
-            result, out = client.call("train.keys", {"jobs": spec}, arrays)
+            result, out = self.client.call("train.keys", {"jobs": spec}, arrays)
         except RemoteError as exc:
             if exc.kind == "too-large" and len(jobs) > 1:  # past the server's limit: halves
                 half = len(jobs) // 2
@@ -119,9 +114,6 @@ class ServerBackend:
             if exc.kind == "unknown-op":  # a server without train.keys: one group a call
                 return [self._train_rows(j) for j in jobs]
             raise
-        finally:
-            with self._spare_lock:
-                self._spare.append(client)
         seconds = (time.perf_counter() - t0) / len(jobs)
         cycles = result.get("cycles")
         widths = [j.feat + 1 for j in jobs]
