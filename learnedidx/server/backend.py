@@ -41,6 +41,7 @@ class ServerBackend:
         self._ids = itertools.count()
         self._known: OrderedDict[bytes, tuple[str, int]] = OrderedDict()  # digest of R -> (group, version)
         self._lock = threading.Lock()
+        feature_bytes(np.zeros(2, np.uint8), np.arange(3, dtype=np.int64), 0, 2, 0, 1)  # compiled now, not in a retrain
 
     def feature_limit(self) -> int | None:
         """The widest feature length the server's device trains (its ``health`` reply), or

@@ -109,6 +109,18 @@ class Device:
             self._stats["modelled_seconds"] += modelled
         return {"R": R, "coef": x, "cycles": cycles, "device_seconds": modelled, "host_seconds": dt}
 
+    def warm_up(self, A: np.ndarray, b: np.ndarray) -> None:
+        """Run the device's full and incremental training once on ``A``/``b``, unaccounted
+        (compiles their kernels)."""
+        if self.datapath is not None:
+            R = self.datapath.full(A, b)[0]
+            self.datapath.incremental(R, A, A, b)
+        else:
+            from learnedidx.index.qr import solve_full, solve_incremental
+
+            R = solve_full(A, b)[0]
+            solve_incremental(R, A, A, b)
+
     def stats(self) -> dict:
         with self._lock:
             return {"backend": self.name, "queue_length": self._queued, **self._stats,

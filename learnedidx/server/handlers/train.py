@@ -15,7 +15,7 @@ import numpy as np
 
 from learnedidx.errors import BadRequestError, CacheMiss
 from learnedidx.index.kernels import build_features
-from learnedidx.server.registry import HandlerContext, handler
+from learnedidx.server.registry import HandlerContext, handler, on_start
 
 #: Most groups one ``train.keys`` request may carry.
 MAX_KEY_JOBS = 4096
@@ -162,3 +162,13 @@ def train_keys(args, arrays, ctx):
              "host_seconds": sum(r["host_seconds"] for r in results)},
             {"R": np.concatenate([np.asarray(r["R"], np.float64).reshape(-1) for r in results]),
              "coef": np.concatenate([np.asarray(r["coef"], np.float64) for r in results])})
+
+
+@on_start
+def warm_up(server) -> None:
+    """Compile the training kernels once at start (feature rows from keys, the device's full
+    and incremental training), so that no request pays for it."""
+    keys = np.frombuffer(bytearray(b"abcd"), np.uint8)  # writable, as a request's arrays are
+    offsets = np.arange(5, dtype=np.int64)
+    A = build_features(keys, offsets, 0, 4, 0, 1)
+    server.device.warm_up(A, np.arange(4, dtype=np.float64))
