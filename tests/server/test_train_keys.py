@@ -128,17 +128,20 @@ def test_forged_train_keys_requests_are_refused_and_the_server_serves_on(tmp_pat
         _forged([{**job, "incremental": True}], keys, offs, np.full(25, np.nan)),
         _forged(["job"], keys, offs),
     ]
-    # A feature matrix the server would build is limited like the arrays a request sends:
-    # 20,000 one-byte keys of 1,000 features would be 160 MB of doubles.
+    # The feature rows the server would build are limited like the arrays a request sends:
+    # 20,000 one-byte keys of 1,000 features would be 160 MB of doubles; so would 160 jobs
+    # of 125 keys of 1,000 features, each within the limit.
     many = np.arange(20_001, dtype=np.int64)
-    bad.append(_forged([{"n": 20_000, "new": 0, "prefix": 0, "feat": 1000, "incremental": False}],
-                       np.zeros(20_000, np.uint8), many))
+    huge = [_forged([{"n": 20_000, "new": 0, "prefix": 0, "feat": 1000, "incremental": False}],
+                    np.zeros(20_000, np.uint8), many),
+            _forged([{"n": 125, "new": 0, "prefix": 0, "feat": 1000, "incremental": False}] * 160,
+                    np.zeros(20_000, np.uint8), many)]
     try:
         with Client(srv.config.socket_path) as c:
-            for args, arrays in bad:
+            for (args, arrays), kind in [(b, "bad-request") for b in bad] + [(h, "too-large") for h in huge]:
                 with pytest.raises(RemoteError) as e:
                     c.call("train.keys", args, arrays)
-                assert e.value.kind == "bad-request", (args, e.value)
+                assert e.value.kind == kind, (args, e.value)
             assert c.call("health")[0]["status"] == "ok"
             res, out = c.call("train.keys", {"jobs": [job]}, {"keys": keys, "offsets": offs})
             assert out["coef"].shape == (5,) and out["R"].shape == (25,) and len(res["cycles"]) == 1

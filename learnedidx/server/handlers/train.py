@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from learnedidx.errors import BadRequestError, CacheMiss
+from learnedidx.errors import BadRequestError, CacheMiss, TooLargeError
 from learnedidx.index.kernels import build_features
 from learnedidx.server.registry import HandlerContext, handler, on_start
 
@@ -81,8 +81,8 @@ def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> li
     """The jobs of a ``train.keys`` request, checked against its arrays before any is read:
     ``(first key, n, new keys, prefix, feat, incremental)`` each.  The feature rows are read
     from ``keys`` by compiled code that trusts its offsets, so every offset is checked here;
-    a job's feature matrix, built on the server from a few bytes per key, may not exceed
-    the server's per-request array limit; and the device is handed only finite inputs
+    the feature rows the server builds from a few bytes per key may not exceed, together,
+    its per-request array limit (TooLargeError: the client sends smaller batches); and the device is handed only finite inputs
     (rows built from bytes are, R_old is checked)."""
     jobs = args.get("jobs")
     if not isinstance(jobs, list) or not 1 <= len(jobs) <= MAX_KEY_JOBS:
@@ -95,7 +95,7 @@ def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> li
     if (len(offsets) < 2 or offsets[0] != 0 or offsets[-1] != len(keys)
             or np.any(offsets[1:] < offsets[:-1])):
         raise BadRequestError("'offsets' must rise from 0 to the length of 'keys'")
-    out, at, r_words = [], 0, 0
+    out, at, r_words, built = [], 0, 0, 0
     total = len(offsets) - 1
     for job in jobs:
         if not isinstance(job, dict):
@@ -107,8 +107,9 @@ def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> li
         incremental = job.get("incremental", False)
         if type(incremental) is not bool or (new and not incremental):
             raise BadRequestError("'incremental' must be a boolean, true for a job with new keys")
-        if (n + new) * (feat + 1) * 8 > max_bytes:
-            raise BadRequestError(f"a job of {n + new} keys and {feat} features exceeds the server's limit of {max_bytes} bytes")
+        built += (n + new) * (feat + 1) * 8
+        if built > max_bytes:
+            raise TooLargeError(f"the feature rows of the request's jobs exceed the server's limit of {max_bytes} bytes")
         if at + n + new > total:
             raise BadRequestError("the jobs name more keys than 'offsets' holds")
         out.append((at, n, new, prefix, feat, incremental))
