@@ -41,6 +41,7 @@ class ServerBackend:
         self._ids = itertools.count()
         self._known: OrderedDict[bytes, tuple[str, int]] = OrderedDict()  # digest of R -> (group, version)
         self._lock = threading.Lock()
+        self._no_keys = -1  # the connection (Client.generation) on which train.keys was unknown
         feature_bytes(np.zeros(2, np.uint8), np.arange(3, dtype=np.int64), 0, 2, 0, 1)  # compiled now, not in a retrain
 
     def feature_limit(self) -> int | None:
@@ -91,6 +92,8 @@ class ServerBackend:
         """Many groups' retrains in one ``train.keys`` request: the keys travel (the bytes of
         each that its feature row reads, not a row of doubles) and the server builds the rows.  R's sent and
         returned this way are not kept on the server (``cache_r`` covers the one-group calls)."""
+        if self._no_keys == self.client.generation:
+            return [self._train_rows(j) for j in jobs]
         parts, spec = [], []
         for j in jobs:
             # Only the bytes the feature rows read travel (with prefix 0, the same rows).
@@ -113,6 +116,7 @@ class ServerBackend:
                 half = len(jobs) // 2
                 return self.train_keys(jobs[:half]) + self.train_keys(jobs[half:])
             if exc.kind == "unknown-op":  # a server without train.keys: one group a call
+                self._no_keys = self.client.generation  # until the connection changes (maybe a newer server)
                 return [self._train_rows(j) for j in jobs]
             raise
         seconds = (time.perf_counter() - t0) / len(jobs)

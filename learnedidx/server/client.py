@@ -23,6 +23,7 @@ class Client:
         self.token = token
         self.timeout = timeout
         self._sock: socket.socket | None = None
+        self.generation = 0  #: changes whenever the connection is made or dropped (a new one may reach another server)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
 
@@ -39,6 +40,7 @@ class Client:
             except (OSError, ConnectionError, ProtocolError) as exc:
                 raise ServerUnavailableError(f"cannot reach the accelerator server at {self.address}: {exc}") from None
             self._sock = s
+            self.generation += 1
         return self._sock
 
     def call(self, op: str, args: dict | None = None, arrays: dict[str, np.ndarray] | None = None,
@@ -79,6 +81,7 @@ class Client:
                 self._sock.close()
             finally:
                 self._sock = None
+                self.generation += 1
 
     def __enter__(self) -> "Client":
         return self

@@ -257,6 +257,11 @@ def test_a_server_without_train_keys_gets_one_group_calls(tmp_path, monkeypatch)
             one = be.train_full(A, b) if R_old is None else be.train_incremental(R_old, A_delta, A, b)
             np.testing.assert_array_equal(res.R, one.R)
             np.testing.assert_array_equal(res.coef, one.coef)
+        be.train_keys(jobs)
+        assert srv.stats["errors"] == 1  # asked once on this connection, not for every batch
+        be.client.close()  # a new connection may reach a newer server: asked again
+        be.train_keys(jobs)
+        assert srv.stats["errors"] == 2
     finally:
         srv.stop()
         t.join(5)
