@@ -45,8 +45,8 @@ class KeyBatch:
         offsets of its keys in it (which need not start at 0)."""
         if not parts:
             return cls(np.zeros(0, np.uint8), np.zeros(1, np.int64))
-        if len(parts) == 1 and parts[0][1][0] == 0:
-            return cls(*parts[0])
+        if len(parts) == 1 and parts[0][1][0] == 0 and parts[0][1][-1] == len(parts[0][0]):
+            return cls(*parts[0])  # already one batch, its arena exactly its keys
         arena = np.concatenate([a[o[0]:o[-1]] for a, o in parts])
         offsets = np.empty(sum(len(o) - 1 for _, o in parts) + 1, np.int64)
         offsets[0] = at = base = 0

@@ -29,6 +29,7 @@ from typing import Callable, Protocol, runtime_checkable
 import numpy as np
 
 from learnedidx.errors import ConfigError
+from learnedidx.index.kernels import build_features
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,22 @@ class KeysJob:
     @property
     def n(self) -> int:
         return len(self.offsets) - 1
+
+    @property
+    def new(self) -> int:
+        """The new keys of an incremental job (0 for a full one)."""
+        return 0 if self.R_old is None or self.new_offsets is None else len(self.new_offsets) - 1
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(A, b, A_delta)`` of the job: the group's feature rows and ranks, and the new
+        keys' rows (None for a full job)."""
+        A = build_features(self.arena, self.offsets, 0, self.n, self.prefix, self.feat)
+        b = np.arange(self.n, dtype=np.float64)
+        if self.R_old is None:
+            return A, b, None
+        if not self.new:
+            return A, b, np.zeros((0, self.feat + 1))
+        return A, b, build_features(self.new_arena, self.new_offsets, 0, self.new, self.prefix, self.feat)
 
 
 def feature_limit(backend: TrainingBackend) -> int | None:

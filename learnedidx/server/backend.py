@@ -11,7 +11,7 @@ from collections import OrderedDict
 import numpy as np
 
 from learnedidx.errors import ProtocolError, RemoteError, ServerUnavailableError
-from learnedidx.index.kernels import build_features, feature_bytes
+from learnedidx.index.kernels import feature_bytes
 from learnedidx.index.keys import KeyBatch
 from learnedidx.index.training import KeysJob, TrainResult
 from learnedidx.server.client import Client
@@ -97,12 +97,10 @@ class ServerBackend:
         parts, spec = [], []
         for j in jobs:
             # Only the bytes the feature rows read travel (with prefix 0, the same rows).
-            new = j.new_offsets is not None and j.R_old is not None and len(j.new_offsets) > 1
             parts.append(feature_bytes(j.arena, j.offsets, 0, j.n, j.prefix, j.feat))
-            if new:
-                parts.append(feature_bytes(j.new_arena, j.new_offsets, 0, len(j.new_offsets) - 1, j.prefix, j.feat))
-            spec.append({"n": j.n, "new": len(j.new_offsets) - 1 if new else 0, "prefix": 0,
-                         "feat": j.feat, "incremental": j.R_old is not None})
+            if j.new:
+                parts.append(feature_bytes(j.new_arena, j.new_offsets, 0, j.new, j.prefix, j.feat))
+            spec.append({"n": j.n, "new": j.new, "prefix": 0, "feat": j.feat, "incremental": j.R_old is not None})
         batch = KeyBatch.joined(parts)
         arrays = {"keys": batch.arena, "offsets": batch.offsets}
         olds = [np.asarray(j.R_old, np.float64).reshape(-1) for j in jobs if j.R_old is not None]
@@ -135,14 +133,8 @@ class ServerBackend:
 
     def _train_rows(self, job: KeysJob) -> TrainResult:
         """One job of :meth:`train_keys` as a one-group call, its feature rows built here."""
-        A = build_features(job.arena, job.offsets, 0, job.n, job.prefix, job.feat)
-        b = np.arange(job.n, dtype=np.float64)
-        if job.R_old is None:
-            return self.train_full(A, b)
-        new = job.new_offsets is not None and len(job.new_offsets) > 1
-        A_delta = (build_features(job.new_arena, job.new_offsets, 0, len(job.new_offsets) - 1, job.prefix, job.feat)
-                   if new else np.zeros((0, job.feat + 1)))
-        return self.train_incremental(job.R_old, A_delta, A, b)
+        A, b, A_delta = job.rows()
+        return self.train_full(A, b) if A_delta is None else self.train_incremental(job.R_old, A_delta, A, b)
 
 
 def _digest(R: np.ndarray) -> bytes:

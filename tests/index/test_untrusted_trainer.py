@@ -41,18 +41,10 @@ class _NanRKeys(_NanR):
     name = "nan-r-keys"
 
     def train_keys(self, jobs):
-        from learnedidx.index.kernels import build_features
-
         out = []
         for j in jobs:
-            A = build_features(j.arena, j.offsets, 0, j.n, j.prefix, j.feat)
-            b = np.arange(j.n, dtype=np.float64)
-            if j.R_old is None:
-                out.append(self.train_full(A, b))
-            else:
-                A_d = (build_features(j.new_arena, j.new_offsets, 0, len(j.new_offsets) - 1, j.prefix, j.feat)
-                       if j.new_offsets is not None else np.zeros((0, j.feat + 1)))
-                out.append(self.train_incremental(j.R_old, A_d, A, b))
+            A, b, A_delta = j.rows()
+            out.append(self.train_full(A, b) if A_delta is None else self.train_incremental(j.R_old, A_delta, A, b))
         return out
 
 

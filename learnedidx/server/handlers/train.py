@@ -15,6 +15,7 @@ import numpy as np
 
 from learnedidx.errors import BadRequestError, CacheMiss, TooLargeError
 from learnedidx.index.kernels import build_features
+from learnedidx.index.training import KeysJob
 from learnedidx.server.registry import HandlerContext, handler, on_start
 
 #: Most groups one ``train.keys`` request may carry.
@@ -128,13 +129,12 @@ def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> li
 def _train_key_job(device, keys: np.ndarray, offsets: np.ndarray, job: tuple, R_old: np.ndarray | None) -> dict:
     """One job of a ``train.keys`` request: its feature rows built from its keys, then
     trained on the device."""
-    at, n, new, prefix, feat, incremental = job
-    A = build_features(keys, offsets, at, at + n, prefix, feat)
-    b = np.arange(n, dtype=np.float64)
-    if incremental:
-        A_delta = build_features(keys, offsets, at + n, at + n + new, prefix, feat)
-        return device.run("incremental", A, b, R_old, A_delta, checked=True)
-    return device.run("full", A, b, checked=True)
+    at, n, new, prefix, feat, _ = job
+    A, b, A_delta = KeysJob(keys, offsets[at:at + n + 1], prefix, feat, R_old, keys,
+                            offsets[at + n:at + n + new + 1]).rows()
+    if A_delta is None:
+        return device.run("full", A, b, checked=True)
+    return device.run("incremental", A, b, R_old, A_delta, checked=True)
 
 
 #: Threads that build and train the jobs of train.keys requests: rows are built while the
