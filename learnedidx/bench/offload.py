@@ -65,11 +65,10 @@ def run_config(workload: str, records: int, operations: int, seed: int, options:
         opts["trainer_options"] = {"socket": socket}
     ad = get_adapter("learnedidx", **opts)
     try:
-        execute(ad, load, mode="batch", phase="load")
-        ad.settle()
+        execute(ad, load, mode="batch", phase="load")  # finished: every group trained
         reset_peak()
         before, dev0 = ad.db.stats(), _device(socket)
-        rep = execute(ad, run, mode="per-op")
+        rep = execute(ad, run, mode="per-op", finish=False)  # the drain is timed below
         peak = status_kib("VmHWM")
         mid = ad.db.stats()
         t0 = time.perf_counter()

@@ -29,7 +29,7 @@ def memory_per_key(peer: str, n: int) -> float:
     vals = [b"%08d" % i for i in range(n)]
     ad = get_adapter(peer, **({"retrain": "off"} if peer == "learnedidx" else {}))
     ad.put_many(keys, vals)
-    ad.settle()
+    ad.finish()
     del keys, vals
     gc.collect()
     used = tracemalloc.get_traced_memory()[0] - base
@@ -47,7 +47,7 @@ def measure(peer: str, n: int, n_ops: int, seed: int = 0) -> dict:
     out = {}
     t0 = time.perf_counter()
     ad.put_many(keys, [val] * n)
-    ad.settle()
+    ad.finish()
     out["load"] = _rate(n, time.perf_counter() - t0)
     probe = [keys[i] for i in rng.integers(0, n, n_ops).tolist()]
     get = ad.get

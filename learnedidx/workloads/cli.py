@@ -83,8 +83,6 @@ def run_peers(load: OpStream, run: OpStream, peers: list[str], modes: list[str],
                         reports.append(execute(ad, stream, mode=mode, phase=phase, threads=threads,
                                                progress=lambda n, t=task: bar.advance(t, n)))
                         bar.remove_task(task)
-                        if phase == "load":
-                            ad.settle()  # merge what the load buffered, untimed, as between YCSB's phases
                 finally:
                     ad.close()
     return reports

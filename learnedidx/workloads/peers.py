@@ -72,8 +72,10 @@ class Adapter:
             i = j
         return out
 
-    def settle(self) -> None:
-        """Finish background work started by a load phase (not timed)."""
+    def finish(self) -> None:
+        """Do the work the peer deferred during a phase (writes buffered and not merged,
+        models not retrained): timed with the phase, since a run whose writes still wait
+        to be merged has not done the same work as one whose writes are in place."""
 
     def close(self) -> None:
         pass
@@ -107,8 +109,8 @@ class LearnedIndexAdapter(Adapter):
         self.scan_many = self.db.scan_many
         self.apply_many = self.db.apply_many
 
-    def settle(self) -> None:
-        self.db.retrain_now()
+    def finish(self) -> None:
+        self.db.retrain_now()  # every buffer folded in, every due group retrained
 
     def close(self) -> None:
         self.db.close()
@@ -280,6 +282,9 @@ class RocksdictAdapter(Adapter):
 
     def delete(self, k):
         del self.db[k]
+
+    def finish(self) -> None:
+        self.db.flush()  # the memtable written out (compactions stay RocksDB's own business)
 
     def scan(self, k, n):
         it = self.db.iter()

@@ -40,7 +40,8 @@ class Report:
     peer: str
     phase: str
     mode: str
-    runtime_ms: float = 0.0
+    runtime_ms: float = 0.0  #: including finish_ms
+    finish_ms: float = 0.0  #: the peer finishing the work it deferred (:meth:`Adapter.finish`)
     operations: int = 0
     hist: dict = field(default_factory=dict)  # op name -> HdrHistogram (us)
     digest: int = 0  # CRC of every read/scan result, to check peers agree
@@ -52,7 +53,8 @@ class Report:
     def lines(self) -> list[str]:
         out = [f"# peer={self.peer} phase={self.phase} mode={self.mode}",
                f"[OVERALL], RunTime(ms), {self.runtime_ms:.0f}",
-               f"[OVERALL], Throughput(ops/sec), {self.throughput:.2f}"]
+               f"[OVERALL], Throughput(ops/sec), {self.throughput:.2f}",
+               f"[OVERALL], FinishTime(ms), {self.finish_ms:.0f}"]
         for name, h in self.hist.items():
             n = h.get_total_count()
             out += [f"[{name}], Operations, {n}",
@@ -67,6 +69,7 @@ class Report:
 
     def to_json(self) -> dict:
         return {"peer": self.peer, "phase": self.phase, "mode": self.mode, "runtime_ms": self.runtime_ms,
+                "finish_ms": self.finish_ms,
                 "operations": self.operations, "throughput": self.throughput, "digest": self.digest,
                 "ops": {name: {"operations": h.get_total_count(), "avg_us": h.get_mean_value(),
                                "p50_us": h.get_value_at_percentile(50), "p95_us": h.get_value_at_percentile(95),
@@ -128,8 +131,12 @@ Progress = Callable[[int], None]
 
 
 def execute(adapter: Adapter, stream: OpStream, *, mode: str = "per-op", phase: str = "run",
-            progress: Progress | None = None, threads: int = 1) -> Report:
+            progress: Progress | None = None, threads: int = 1, finish: bool = True) -> Report:
     """Run ``stream`` against ``adapter``; ``progress(n)`` is called with each ``n`` ops done.
+
+    With ``finish`` the clock stops only when the adapter has finished the work it deferred
+    (:meth:`Adapter.finish`: the learned index folds its insert buffers in and retrains
+    every group that is due), so that peers are compared on equal work.
 
     With ``threads > 1`` (adapters with ``thread_safe``), thread ``t`` runs operations
     ``t, t + threads, ...``; histograms are merged and the digest chains the threads' digests
@@ -158,10 +165,14 @@ def execute(adapter: Adapter, stream: OpStream, *, mode: str = "per-op", phase: 
     else:
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(work, range(threads)))
+    t0 = time.perf_counter_ns()
+    if finish:
+        adapter.finish()
+    finish_ns = time.perf_counter_ns() - t0 if finish else 0
     # The run time is the slowest thread's, without the time it spent on the digest (a check
     # of this runner's own, costing as much as a fast store's lookup: it would blur every ratio).
-    rep = Report(adapter.name, phase, mode, runtime_ms=max(r[2] for r in results) / 1e6,
-                 operations=len(stream.ops))
+    rep = Report(adapter.name, phase, mode, runtime_ms=(max(r[2] for r in results) + finish_ns) / 1e6,
+                 finish_ms=finish_ns / 1e6, operations=len(stream.ops))
     hists: dict[str, HdrHistogram] = {}
     for part_hists, crc, _ in results:
         for name, h in part_hists.items():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from typer.testing import CliRunner
@@ -58,6 +59,32 @@ def test_digest_catches_one_wrong_read_in_either_mode():
         assert digests[0] != digests[1]
 
 
+@pytest.mark.parametrize("mode", ["per-op", "batch"])
+def test_the_clock_stops_when_the_deferred_work_is_done(mode):
+    """Equal work: a run that buffered writes and deferred retrains is timed until the store
+    has folded them in and retrained (a run without ``finish`` leaves them, as a check that
+    the workload does defer work)."""
+    load, run = ycsb_streams("D", 2000, 3000, {}, None, 4)  # 5% inserts
+    left = {}
+    for finish in (False, True):
+        ad = get_adapter("learnedidx", retrain="off", **STORE)
+        try:
+            execute(ad, load, mode="batch", phase="load")
+            assert ad.db.stats()["backlog"] == 0 and ad.db.stats()["buffered_writes"] == 0
+            calls = []
+            done = ad.finish
+            ad.finish = lambda: (calls.append(ad.db.stats()["buffered_writes"]), done(),
+                                 time.sleep(0.05))  # a finish that takes measurable time
+            rep = execute(ad, run, mode=mode, finish=finish)
+            st = ad.db.stats()
+            left[finish] = st["backlog"] + st["buffered_writes"]
+            assert len(calls) == finish and rep.finish_ms >= 50 * finish
+            assert rep.runtime_ms >= rep.finish_ms and (rep.finish_ms == 0) == (not finish)
+        finally:
+            ad.close()
+    assert left[False] > 0 and left[True] == 0
+
+
 def test_ycsb_output_format():
     load, run = ycsb_streams("A", 500, 2000, {}, None, 1)
     rep = run_peers(load, run, ["sorteddict"], ["per-op"], progress=False)[1]
@@ -65,6 +92,7 @@ def test_ycsb_output_format():
     assert lines[0] == "# peer=sorteddict phase=run mode=per-op"
     assert re.fullmatch(r"\[OVERALL\], RunTime\(ms\), \d+", lines[1])
     assert re.fullmatch(r"\[OVERALL\], Throughput\(ops/sec\), \d+\.\d+", lines[2])
+    assert re.fullmatch(r"\[OVERALL\], FinishTime\(ms\), \d+", lines[3])
     assert all(YCSB_LINE.match(line) for line in lines[1:]), lines
     for op in ("READ", "UPDATE"):
         got = {m.group(2): float(m.group(3)) for m in map(YCSB_LINE.match, lines[1:]) if m.group(1) == op}
