@@ -12,11 +12,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import carray, njit
 
 from learnedidx.index import kernels as K
 from learnedidx.index import parallel
 from learnedidx.index import qr as Q
+from learnedidx.index.layout import f64_at, i64_at, u8_at
 
 
 @njit(cache=True, nogil=True)
@@ -153,6 +154,42 @@ def fit_one(kbytes, offs, n, max_features, R_old, memo_prefix, memo_feat, use_me
     coef[:m] = x
     lo, hi = K.error_bounds(kbytes, offs, 0, n, prefix, feat, coef)
     return coef, prefix, feat, R, incremental, lo, hi
+
+
+#: Columns of :func:`fit_jobs`'s job table: the addresses and sizes of a group's arrays
+#: (key bytes, offsets, memoized R, the keys written since) and its memo's shape.
+J_KB, J_KBLEN, J_OFFS, J_N, J_R, J_MPREFIX, J_MFEAT, J_MEMO, J_PARENA, J_PLEN, J_POFFS, J_PN, J_COLS = range(13)
+#: Columns of its integer results.
+F_PREFIX, F_FEAT, F_INCR, F_LO, F_HI, F_COLS = range(6)
+
+
+@njit(cache=True, nogil=True)
+def fit_jobs(jobs, max_features, coef, res, R, g0, g1) -> None:
+    """:func:`fit_one` of jobs g0..g1-1 in one call that releases the GIL: each row of
+    ``jobs`` says where a group's arrays lie (the caller keeps them alive and unchanged
+    during the call).  Job g's coefficients go to ``coef[g]``, its prefix, feature length,
+    whether it was incremental and its error bounds to ``res[g]``, its R factor
+    ((feat+1)² values, row by row) to the start of ``R[g]``.
+
+    One call for many groups, because a background retrainer needs the GIL between two
+    calls and a busy writer holds it for milliseconds at a time."""
+    for g in range(g0, g1):
+        j = jobs[g]
+        n = j[J_N]
+        kb = carray(u8_at(j[J_KB]), j[J_KBLEN])
+        offs = carray(i64_at(j[J_OFFS]), n + 1)
+        mf = j[J_MFEAT]
+        R_old = carray(f64_at(j[J_R]), (mf + 1, mf + 1)) if j[J_MEMO] else np.zeros((0, 0))
+        parena = carray(u8_at(j[J_PARENA]), j[J_PLEN])
+        poffs = carray(i64_at(j[J_POFFS]), j[J_PN] + 1)
+        c, prefix, feat, Rg, incremental, lo, hi = fit_one(kb, offs, n, max_features, R_old, j[J_MPREFIX], mf,
+                                                           j[J_MEMO] != 0, parena, poffs)
+        coef[g] = c
+        res[g, F_PREFIX], res[g, F_FEAT], res[g, F_INCR], res[g, F_LO], res[g, F_HI] = prefix, feat, incremental, lo, hi
+        m = Rg.shape[0]
+        for a in range(m):
+            for b in range(m):
+                R[g, a * m + b] = Rg[a, b]
 
 
 _PER_PART = 64  # groups per slice handed to a core

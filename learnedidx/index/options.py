@@ -33,6 +33,7 @@ class StoreOptions:
     checkpoint_bytes: int = 64 << 20  #: log size past which a checkpoint is taken
     full_retrain_fraction: float = 0.1  #: deletes (fraction of a group) forcing a full retrain
     max_backlog: int = 1 << 20  #: keys written but not yet in a retrained model, past which writers wait
+    retrain_after: float = 0.5  #: keys written since a group's model (fraction of its keys) before the background thread retrains it
     recovery: str = "strict"  #: on damage inside the log: refuse to open, or go back to the last good point
 
     def __post_init__(self) -> None:
@@ -49,6 +50,7 @@ class StoreOptions:
         _number("retrain_interval", self.retrain_interval, positive=True)
         _number("trainer_retry", self.trainer_retry)
         _number("full_retrain_fraction", self.full_retrain_fraction)
+        _number("retrain_after", self.retrain_after)
         if not isinstance(self.trainer, str) and not isinstance(self.trainer, TrainingBackend):
             raise ConfigError(f"trainer must be a backend name or implement train_full/train_incremental, "
                               f"not {type(self.trainer).__name__}")

@@ -28,7 +28,9 @@ from learnedidx.errors import ConfigError, is_offload_failure
 from learnedidx.index import foldin as FI
 from learnedidx.index import kernels as K
 from learnedidx.index import layout as L
-from learnedidx.index.fitting import Fits, fit_groups, fit_one
+from learnedidx.index import fitting as F
+from learnedidx.index import parallel
+from learnedidx.index.fitting import Fits, fit_groups
 from learnedidx.index.keys import KeyBatch
 from learnedidx.index.live import Group, LiveIndex, Memo
 from learnedidx.index.options import StoreOptions
@@ -90,23 +92,52 @@ class Retrainer:
         self._count(int(np.count_nonzero(np.diff(bounds) > 1)), 0, time.perf_counter() - t0)
         return fits
 
-    def fit_cpu(self, kbytes: np.ndarray, offs: np.ndarray, n: int, memo: Memo | None, use_memo: bool,
-                pending: list, in_process: bool = False) -> tuple | None:
-        """One group retrained in one compiled call that releases the GIL
-        (:func:`~learnedidx.index.fitting.fit_one`), when training runs in-process on the
-        cpu backend (or ``in_process``); None otherwise (the caller then builds the feature
-        matrices for :meth:`train`)."""
-        backend = self.cpu if self.failed and not self._retrying() else self.trainer
-        if type(backend) is not CpuBackend and not in_process:
+    def in_process(self) -> bool:
+        """Whether retrains run in-process on the cpu backend now (:meth:`fit_cpu`)."""
+        return type(self.cpu if self.failed and not self._retrying() else self.trainer) is CpuBackend
+
+    def fit_cpu(self, jobs: list[tuple], parts: int = 1) -> list[tuple] | None:
+        """Groups retrained in compiled calls that release the GIL
+        (:func:`~learnedidx.index.fitting.fit_jobs`, as :func:`~learnedidx.index.fitting.fit_one`
+        does each), on up to ``parts`` cores; each job is ``(kbytes, offs, n, memo,
+        use_memo, pending)``, each result ``(coef, prefix, feat, R, incremental, lo, hi)``.
+        None unless training runs in-process on the cpu backend (:meth:`in_process`)."""
+        if not self.in_process():
             return None
-        joined = KeyBatch.joined([(b.arena, b.offsets) for b in pending])
-        parena, poffs = joined.arena, joined.offsets
+        return self.fit_here(jobs, parts)
+
+    def fit_here(self, jobs: list[tuple], parts: int = 1) -> list[tuple]:
+        """:meth:`fit_cpu` whatever the store's trainer."""
+        G, mm = len(jobs), self.max_features + 1
+        table = np.zeros((G, F.J_COLS), np.int64)
+        keep = []  # what the table points into, alive until the call returns
+        for t, (kbytes, offs, n, memo, use_memo, pending) in enumerate(jobs):
+            joined = KeyBatch.joined([(b.arena, b.offsets) for b in pending])
+            R = np.ascontiguousarray(memo.R, np.float64) if memo is not None else _NO_R
+            kbytes, offs = np.ascontiguousarray(kbytes, np.uint8), np.ascontiguousarray(offs, np.int64)
+            keep.append((kbytes, offs, R, joined))
+            table[t] = (kbytes.ctypes.data, kbytes.size, offs.ctypes.data, n, R.ctypes.data,
+                        memo.prefix if memo else -1, memo.feat if memo else -1, use_memo and memo is not None,
+                        joined.arena.ctypes.data, joined.arena.size, joined.offsets.ctypes.data,
+                        joined.offsets.size - 1)
+        coef = np.zeros((G, mm))
+        res = np.zeros((G, F.F_COLS), np.int64)
+        R = np.zeros((G, mm * mm))
         t0 = time.perf_counter()
-        out = fit_one(kbytes, offs, n, self.max_features,
-                      memo.R if memo is not None else _NO_R, memo.prefix if memo else -1, memo.feat if memo else -1,
-                      use_memo and memo is not None, parena, poffs)
-        if n > 1:
-            self._count(not out[4], out[4], time.perf_counter() - t0)
+        # one group per slice when on several cores: their costs differ (full or incremental)
+        parallel.over_range(lambda g0, g1: F.fit_jobs(table, self.max_features, coef, res, R, g0, g1), G,
+                            G if parts > 1 else 1)
+        seconds = time.perf_counter() - t0
+        del keep
+        out = []
+        for t, (_, _, n, _, _, _) in enumerate(jobs):
+            prefix, feat, incr, lo, hi = res[t].tolist()
+            m = feat + 1 if n > 1 else 0
+            # copies: a memo keeps its R for long, and a view would keep the whole batch's
+            out.append((coef[t].copy(), prefix, feat, R[t, :m * m].reshape(m, m).copy(), bool(incr), lo, hi))
+        trained = [r[4] for r, (_, _, n, _, _, _) in zip(out, jobs) if n > 1]
+        if trained:
+            self._count(len(trained) - sum(trained), sum(trained), seconds)
         return out
 
     def train(self, A: np.ndarray, b: np.ndarray, R_old: np.ndarray | None,
@@ -232,15 +263,29 @@ def _shape(job: Job, opts: StoreOptions) -> tuple[int, int, bool]:
     return prefix, feat, incremental
 
 
+def fit_local(jobs: list[Job], retrainer: Retrainer, opts: StoreOptions, parts: int = 1,
+              in_process: bool = False) -> list[Fit] | None:
+    """The groups' new models trained here, in compiled calls on up to ``parts`` cores
+    (:meth:`Retrainer.fit_cpu`; no lock needed: key arrays never change); None unless
+    training runs in-process on the cpu backend, or ``in_process``."""
+    specs = [(job.kbytes, job.offs, job.n, job.memo,
+              job.memo is not None and job.deletes <= opts.full_retrain_fraction * job.n, job.pending)
+             for job in jobs]
+    outs = retrainer.fit_here(specs, parts) if in_process else retrainer.fit_cpu(specs, parts)
+    if outs is None:
+        return None
+    return [Fit(coef[:feat + 1], int(prefix), int(feat), R if job.n > 1 else None, bool(incremental),
+                (int(lo), int(hi)))
+            for job, (coef, prefix, feat, R, incremental, lo, hi) in zip(jobs, outs)]
+
+
 def fit(job: Job, retrainer: Retrainer, opts: StoreOptions, in_process: bool = False) -> Fit:
-    """The group's new model (no lock needed: key arrays never change); ``in_process``:
-    trained here whatever the store's trainer."""
+    """The group's new model on the store's trainer (no lock needed: key arrays never
+    change); ``in_process``: trained here whatever the store's trainer."""
+    local = fit_local([job], retrainer, opts, 1, in_process)
+    if local is not None:
+        return local[0]
     n, offs, kb = job.n, job.offs, job.kbytes
-    use_memo = job.memo is not None and job.deletes <= opts.full_retrain_fraction * n
-    fused = retrainer.fit_cpu(kb, offs, n, job.memo, use_memo, job.pending, in_process)
-    if fused is not None:
-        coef, prefix, feat, R, incremental, lo, hi = fused
-        return Fit(coef[:feat + 1], int(prefix), int(feat), R if n > 1 else None, bool(incremental), (int(lo), int(hi)))
     if n <= 1:
         return Fit(np.zeros(1), 0, 0, None, False)
     prefix, feat, incremental = _shape(job, opts)
@@ -300,7 +345,8 @@ def publish(live: LiveIndex, job: Job, f: Fit) -> bool:
 
 
 # ------------------------------------------------------------------ groups due for retraining
-#: Most groups retrained together by a trainer that takes batches (one request to the server).
+#: Most groups retrained together: by a trainer that takes batches (one request to the
+#: server), or in-process (one compiled call, one wait for the GIL).
 BATCH_GROUPS = 64
 
 
@@ -321,10 +367,12 @@ class RetrainQueue:
         self.mode = opts.retrain
         self.limit = opts.max_backlog
         self.due: dict[int, None] = {}  # insertion-ordered set of group ids
+        self.ripe: dict[int, None] = {}  # the due groups the background thread retrains now
         self.backlog = 0
         self._cv = threading.Condition(threading.Lock())  # due, backlog and waiters
         self._training = threading.Lock()  # one retrain at a time per store
         self._stop = False
+        self._waiting = 0  # writers waiting for the backlog
         self.stats = {"stalls": 0, "stall_seconds": 0.0}
         self._thread: threading.Thread | None = None
         if self.mode == "background":
@@ -334,16 +382,29 @@ class RetrainQueue:
     def add(self, gids: list[int], written: int) -> None:
         """Groups whose keys changed by ``written`` keys (writer lock held)."""
         with self._cv:
+            woke = False
             for g in gids:
                 self.due[g] = None
+                if g not in self.ripe and self._ripe(g):
+                    self.ripe[g] = None
+                    woke = True
             self.backlog += written
-            self._cv.notify_all()
+            # Only what the background thread acts on wakes it: each wake costs the writer
+            # the GIL for a moment.
+            if woke:
+                self._cv.notify_all()
+
+    def _ripe(self, g: int) -> bool:
+        """Whether group g took ``retrain_after`` times the keys its model was trained on
+        since (writer lock held)."""
+        grp = self.live.groups[g]
+        return grp is None or grp.untrained >= self.opts.retrain_after * max(int(self.live.tab[g, L.T_N]) - grp.untrained, 1)
 
     def after_fold(self) -> None:
         """Called by a writer after a fold-in, with the writer lock held: an inline store
         retrains now."""
         if self.mode == "inline":
-            self._train_due(locked=True)
+            self._train_due(locked=True, parts=parallel.CORES)
 
     def must_wait(self) -> bool:
         return self.mode == "background" and self.backlog > self.limit
@@ -352,32 +413,42 @@ class RetrainQueue:
         """Stall a writer (writer lock not held) until the backlog is under half the limit."""
         t0 = time.perf_counter()
         with self._cv:
-            while self.backlog > self.limit // 2 and not self._stop and self.due:
-                self._cv.wait(0.1)
+            self._waiting += 1  # the background thread now retrains unripe groups too
+            self._cv.notify_all()
+            try:
+                while self.backlog > self.limit // 2 and not self._stop and self.due:
+                    self._cv.wait(0.1)
+            finally:
+                self._waiting -= 1
         self.stats["stalls"] += 1
         self.stats["stall_seconds"] += time.perf_counter() - t0
 
-    def _pop(self, most: int) -> list[int]:
-        """Up to ``most`` due groups, no longer due."""
+    def _pop(self, most: int, ripe: bool) -> list[int]:
+        """Up to ``most`` due groups (``ripe`` ones only, unless writers wait for the
+        backlog), no longer due."""
         with self._cv:
-            gs = list(itertools.islice(self.due, most))
+            pool = self.ripe if ripe and not self._waiting else self.due
+            gs = list(itertools.islice(pool, most))
             for g in gs:
                 del self.due[g]
+                self.ripe.pop(g, None)
             return gs
 
     def _held(self, locked: bool):
         """The writer lock, unless the caller holds it already."""
         return contextlib.nullcontext() if locked else self.lock
 
-    def _train(self, gs: list[int], locked: bool) -> None:
+    def _train(self, gs: list[int], locked: bool, parts: int) -> None:
         """Retrain groups ``gs``: their jobs taken under the writer lock, fitted without it
-        (many at once when the trainer takes batches), each published under it."""
+        (many at once when the trainer takes batches or trains in-process, on up to
+        ``parts`` cores), each published under it."""
         with self._held(locked):
             jobs = [job for g in gs if (job := take_job(self.live, g)) is not None]
         if self.retrainer.batched():
             fits = fit_many(jobs, self.retrainer, self.opts)
         else:
-            fits = [fit(job, self.retrainer, self.opts) for job in jobs]
+            fits = (fit_local(jobs, self.retrainer, self.opts, parts)
+                    or [fit(job, self.retrainer, self.opts) for job in jobs])
         done = 0
         for job, f in zip(jobs, fits):
             with self._held(locked):
@@ -387,33 +458,36 @@ class RetrainQueue:
             self.backlog -= done
             self._cv.notify_all()
 
-    def _train_due(self, locked: bool) -> None:
-        """Train every due group; ``locked``: the caller holds the writer lock (which then
-        serializes retrains: taking ``_training`` after it would invert the lock order of
-        the unlocked retrains, which take it before)."""
+    def _train_due(self, locked: bool, parts: int = 1, ripe: bool = False) -> None:
+        """Train every due group (every ripe one), on up to ``parts`` cores; ``locked``: the
+        caller holds the writer lock (which then serializes retrains: taking ``_training``
+        after it would invert the lock order of the unlocked retrains, which take it before)."""
         with contextlib.nullcontext() if locked else self._training:
-            while gs := self._pop(BATCH_GROUPS if self.retrainer.batched() else 1):
+            while gs := self._pop(BATCH_GROUPS if self.retrainer.batched() or self.retrainer.in_process() else 1, ripe):
                 try:
-                    self._train(gs, locked)
+                    self._train(gs, locked, parts)
                 except BaseException:
                     with self._cv:  # not trained: still due
                         for g in gs:
                             self.due[g] = None
+                            if ripe:
+                                self.ripe[g] = None
                     raise
 
     def drain(self, locked: bool = False) -> None:
-        """Retrain every due group now, in the calling thread."""
-        self._train_due(locked)
+        """Retrain every due group now, in the calling thread and on every core (the
+        caller waits for it)."""
+        self._train_due(locked, parallel.CORES)
 
     def _run(self) -> None:
         while True:
             with self._cv:
-                while not self.due and not self._stop:
+                while not (self.ripe or self._stop or (self.due and self._waiting)):
                     self._cv.wait()
                 if self._stop:
                     return
             try:
-                self._train_due(locked=False)
+                self._train_due(locked=False, ripe=True)
             except Exception:  # keep serving; the group stays due and the next round retries
                 log.exception("background retrain failed")
                 time.sleep(self.opts.retrain_interval)

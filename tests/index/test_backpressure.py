@@ -98,3 +98,49 @@ def test_inline_stores_never_stall_and_off_never_retrains_until_asked(mode):
             db.retrain_now()
             assert db.stats()["backlog"] == 0
         assert db.get_many(_keys(1000)) == [b"v"] * 1000
+
+
+def _retrains(db) -> int:
+    s = db.stats()
+    return s["retrains_full"] + s["retrains_incremental"]
+
+
+def _wait_for(cond, seconds: float = 10.0) -> bool:
+    deadline = time.time() + seconds
+    while not cond() and time.time() < deadline:
+        time.sleep(0.01)
+    return cond()
+
+
+@pytest.mark.parametrize("after", [0.0, 0.5])
+def test_the_background_thread_retrains_a_group_once_it_took_retrain_after_of_its_keys(after):
+    old, new = _keys(256), _keys(400, b"n")[:140]
+    with learnedidx.open(retrain="background", retrain_after=after, buffer_threshold=8, group_size=256) as db:
+        db.put_many(old, old)  # one group, trained
+        assert db.stats()["groups"] == 1
+        base = _retrains(db)
+        for k in new[:64]:  # a quarter of its keys, in 8 fold-ins
+            db.put(k, k)
+        if after:
+            time.sleep(0.3)
+            assert _retrains(db) == base and db.stats()["due_groups"] == 1 and db.stats()["backlog"] == 64
+        else:
+            assert _wait_for(lambda: db.stats()["backlog"] == 0) and _retrains(db) > base
+        for k in new[64:]:  # past half of its keys
+            db.put(k, k)
+        assert _wait_for(lambda: _retrains(db) > base)
+        db.retrain_now()
+        assert db.stats()["backlog"] == 0 and db.stats()["due_groups"] == 0
+        assert db.get_many(old + new) == old + new
+
+
+def test_writers_waiting_for_the_backlog_get_groups_retrained_before_they_are_ripe():
+    limit = 48
+    with learnedidx.open(retrain="background", retrain_after=1e9, max_backlog=limit, buffer_threshold=4,
+                         group_size=32) as db:
+        seen = 0
+        for k in _keys(1500):
+            db.put(k, b"v")
+            seen = max(seen, db.stats()["backlog"])
+        assert db.stats()["stalls"] > 0 and seen <= limit  # no deadlock: unripe groups were retrained
+        assert db.get_many(_keys(1500)) == [b"v"] * 1500

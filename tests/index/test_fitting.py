@@ -109,3 +109,51 @@ def test_retrainer_trains_all_groups_at_once_only_on_the_cpu_backend():
     assert emu.stats["retrains_full"] == len(bounds) - 1
     get = ops.entry_points()["get"]
     assert all(get(live.addr, k) is k for k in keys)  # each key is its own value here
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_many_groups_in_one_call_equal_each_group_alone(parts):
+    """``Retrainer.fit_here`` (one compiled call for many groups, on ``parts`` cores) gives
+    each group exactly what ``fit_one`` gives it alone: full retrains, incremental ones on
+    a memo with the keys written since, a memo of another shape (full again), one key and
+    none; the full ones checked against numpy's least squares too."""
+    from learnedidx.index.live import Memo
+
+    rng = np.random.default_rng(5)
+    opts = StoreOptions(max_features=24)
+    rt = Retrainer(opts)
+    specs = []
+    for t in range(23):
+        n = [0, 1, 2, 700, 3000][t % 5]
+        ks = sorted({b"user%019d" % x for x in rng.integers(0, 10**18, n + 300).tolist()})
+        new = ks[::7][:300] if n > 1 else []
+        old = sorted(set(ks) - set(new))[:n]
+        keys = sorted(set(old) | set(new)) if n > 1 else old
+        kb = KeyBatch.from_keys(keys)
+        memo = None
+        if n > 1 and t % 3:
+            okb = KeyBatch.from_keys(old)
+            c, prefix, feat, R, *_ = fitting.fit_one(okb.arena, okb.offsets, len(old), 24, np.zeros((0, 0)),
+                                                      -1, -1, False, np.zeros(0, np.uint8), np.zeros(1, np.int64))
+            memo = Memo(R, prefix, feat + (t % 3 == 2), 0)  # t % 3 == 2: a stale shape, so full
+        specs.append((kb.arena, kb.offsets, len(keys), memo, memo is not None, [KeyBatch.from_keys(new)]))
+    got = rt.fit_here(specs, parts)
+    assert len(got) == len(specs)
+    incremental = 0
+    for (arena, offs, n, memo, use, pending), out in zip(specs, got):
+        p = pending[0]
+        ref = fitting.fit_one(arena, offs, n, 24, memo.R if memo else np.zeros((0, 0)),
+                              memo.prefix if memo else -1, memo.feat if memo else -1, use, p.arena, p.offsets)
+        for a, b in zip(out, ref):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        incremental += bool(out[4])
+        coef, prefix, feat, R = out[:4]
+        if n > 1 and not out[4]:
+            A = K.build_features(arena, offs, 0, n, prefix, feat)
+            m = feat + 1
+            ref_x = np.linalg.lstsq(np.r_[A, np.sqrt(RIDGE) * np.eye(m)], np.r_[np.arange(n, dtype=float), np.zeros(m)],
+                                    rcond=None)[0]
+            np.testing.assert_allclose(A @ coef[:m], A @ ref_x, atol=1e-6 * n)
+            np.testing.assert_allclose(R.T @ R, A.T @ A + RIDGE * np.eye(m), rtol=1e-9, atol=1e-9 * np.abs(A.T @ A).max())
+    assert incremental > 0 and rt.stats["retrains_incremental"] == incremental
+    assert rt.stats["retrains_full"] == sum(1 for s in specs if s[2] > 1) - incremental

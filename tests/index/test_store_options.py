@@ -24,6 +24,7 @@ from learnedidx.index.training import get_backend, known_backends
     ("sync_interval", float("nan")), ("retrain_interval", 0.0), ("retrain_interval", "1"), ("trainer_retry", -1),
     ("full_retrain_fraction", -0.5), ("full_retrain_fraction", float("inf")), ("trainer", 3),
     ("trainer_options", ["socket"]), ("trainer", "nope"), ("recovery", "lenient"), ("recovery", None),
+    ("retrain_after", -0.1), ("retrain_after", float("nan")), ("retrain_after", "half"),
 ])
 def test_every_option_is_checked_and_the_error_names_it(name, value):
     with pytest.raises(ConfigError, match=name):
