@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 import numpy as np
 
-from learnedidx.errors import ConfigError, is_offload_failure
+from learnedidx.errors import ConfigError, LearnedIdxError, is_offload_failure
 from learnedidx.index import foldin as FI
 from learnedidx.index import kernels as K
 from learnedidx.index import layout as L
@@ -115,6 +115,12 @@ class Retrainer:
             joined = KeyBatch.joined([(b.arena, b.offsets) for b in pending])
             R = np.ascontiguousarray(memo.R, np.float64) if memo is not None else _NO_R
             kbytes, offs = np.ascontiguousarray(kbytes, np.uint8), np.ascontiguousarray(offs, np.int64)
+            # The compiled call reads these by address, without bounds checks: every size it
+            # is told must be the array's own.
+            if memo is not None and R.shape != (memo.feat + 1, memo.feat + 1):
+                raise LearnedIdxError(f"memo R of shape {R.shape} for {memo.feat} features")
+            if offs.size < n + 1 or (n > 0 and (offs[0] < 0 or offs[n] > kbytes.size)):
+                raise LearnedIdxError("key offsets past the key bytes")
             keep.append((kbytes, offs, R, joined))
             table[t] = (kbytes.ctypes.data, kbytes.size, offs.ctypes.data, n, R.ctypes.data,
                         memo.prefix if memo else -1, memo.feat if memo else -1, use_memo and memo is not None,

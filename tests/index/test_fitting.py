@@ -135,7 +135,7 @@ def test_many_groups_in_one_call_equal_each_group_alone(parts):
             okb = KeyBatch.from_keys(old)
             c, prefix, feat, R, *_ = fitting.fit_one(okb.arena, okb.offsets, len(old), 24, np.zeros((0, 0)),
                                                       -1, -1, False, np.zeros(0, np.uint8), np.zeros(1, np.int64))
-            memo = Memo(R, prefix, feat + (t % 3 == 2), 0)  # t % 3 == 2: a stale shape, so full
+            memo = Memo(R, prefix + (t % 3 == 2), feat, 0)  # t % 3 == 2: another prefix, so full
         specs.append((kb.arena, kb.offsets, len(keys), memo, memo is not None, [KeyBatch.from_keys(new)]))
     got = rt.fit_here(specs, parts)
     assert len(got) == len(specs)
@@ -157,3 +157,23 @@ def test_many_groups_in_one_call_equal_each_group_alone(parts):
             np.testing.assert_allclose(R.T @ R, A.T @ A + RIDGE * np.eye(m), rtol=1e-9, atol=1e-9 * np.abs(A.T @ A).max())
     assert incremental > 0 and rt.stats["retrains_incremental"] == incremental
     assert rt.stats["retrains_full"] == sum(1 for s in specs if s[2] > 1) - incremental
+
+
+def test_a_job_whose_sizes_disagree_is_refused_before_compiled_code_reads_it():
+    """fit_jobs reads by address without bounds checks: a memo R of the wrong shape or
+    offsets past the key bytes are refused (an internal error), never read."""
+    from learnedidx.errors import LearnedIdxError
+    from learnedidx.index.live import Memo
+
+    keys = sorted(key_names(np.arange(500)))
+    kb = KeyBatch.from_keys(keys)
+    rt = Retrainer(StoreOptions())
+    none = KeyBatch.from_keys([])
+    bad_memo = Memo(np.eye(3), 4, 10, 0)  # R for 2 features, memo says 10
+    with pytest.raises(LearnedIdxError, match="memo R"):
+        rt.fit_here([(kb.arena, kb.offsets, 500, bad_memo, True, [none])])
+    with pytest.raises(LearnedIdxError, match="offsets"):
+        rt.fit_here([(kb.arena[:100], kb.offsets, 500, None, False, [none])])
+    with pytest.raises(LearnedIdxError, match="offsets"):
+        rt.fit_here([(kb.arena, kb.offsets[:300], 500, None, False, [none])])
+    assert rt.stats["retrains_full"] == 0
