@@ -156,6 +156,21 @@ def copy_from_address(typingctx, dst, at, src, n):
     return types.void(dst, at, src, n), codegen
 
 
+@intrinsic
+def move_bytes(typingctx, dst, src, n):
+    """``memmove`` of ``n`` bytes from raw address ``src`` to raw address ``dst`` (the
+    ranges may overlap; the caller checks the bounds)."""
+    if not all(isinstance(a, types.Integer) for a in (dst, src, n)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        cgutils.raw_memmove(builder, builder.inttoptr(args[0], cgutils.voidptr_t),
+                            builder.inttoptr(args[1], cgutils.voidptr_t), args[2], 1)
+        return context.get_dummy_value()
+
+    return types.void(dst, src, n), codegen
+
+
 def pointer_to(dtype: types.Type):
     """An intrinsic ``at(addr)`` turning an integer address into a ``dtype`` pointer (for
     ``numba.carray``)."""

@@ -30,8 +30,8 @@ from learnedidx.index.search import (
     buffer_search, exact, find_root, find_root_near, finish, heads_bound, merged_find, merged_lower_bound, next_pair,
     prefetch_window, radix_order, window)
 from learnedidx.native import (
-    address_of, as_ref, call_with_address, call_with_two, copy_from_address, load_word, prefetch_address,
-    pyref, store_word)
+    address_of, as_ref, call_with_address, call_with_two, copy_from_address, load_word, move_bytes,
+    prefetch_address, pyref, store_word)
 
 # Write codes (low byte), the group id above GROUP_SHIFT.
 C_UPDATED, C_INSERTED, C_INSERTED_FULL, C_NEED_COW, C_FULL, C_BAD_KEY, C_BAD_VALUE, C_NOT_FOUND, C_DELETED = range(9)
@@ -141,9 +141,8 @@ def _upsert_at(d, k, qp, ql, v, g, i) -> int:
     slot = cnt  # entries stay until the buffer is folded in: slots are taken in turn
     replace_item(vit, n + slot, v, inc, dec)
     replace_item(vit, n + B + slot, k, inc, dec)
-    for t in range(cnt, j, -1):
-        bord[1 + 2 * t] = bord[2 * t - 1]
-        bord[2 + 2 * t] = bord[2 * t]
+    # entries j.. move up by one (bord[cnt] is in bounds: cnt < B)
+    move_bytes(bord.ctypes.data + 8 * (3 + 2 * j), bord.ctypes.data + 8 * (1 + 2 * j), 16 * (cnt - j))
     bord[1 + 2 * j] = head(qp, ql, row[T_RPREFIX])
     bord[2 + 2 * j] = slot
     bord[0] = cnt + 1
