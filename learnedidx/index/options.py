@@ -24,7 +24,7 @@ class StoreOptions:
     max_key_len: int = 4096  #: longest key in bytes (a durable store keeps the largest it was opened with)
     group_size: int = 4096  #: target keys per group
     max_features: int = 32  #: cap on a group model's feature length
-    buffer_threshold: int = 512  #: buffered writes of a group that call for a merge
+    buffer_threshold: int = 1024  #: buffered writes of a group that call for a merge
     retrain: str = "background"  #: who merges: background, inline or off
     retrain_interval: float = 1.0  #: seconds between background merge rounds
     trainer: str | TrainingBackend = "cpu"  #: training backend name or instance
