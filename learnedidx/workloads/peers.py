@@ -82,11 +82,18 @@ class Adapter:
 
 
 def warm_up_learned_index() -> None:
-    """Run every kernel once so that Numba compilation (or cache loading) is never timed."""
-    with learnedidx.open(retrain="off", group_size=16) as db:
-        keys = [b"warm%03d" % i for i in range(64)]
+    """Run every kernel a run uses once, so that Numba compilation (or cache loading) is
+    never timed: reads, scans, writes, fold-ins and splits (a tiny buffer and tiny groups),
+    deletes, and retraining many groups at once."""
+    with learnedidx.open(retrain="off", group_size=16, buffer_threshold=4) as db:
+        keys = [b"warm%03d" % i for i in range(0, 256, 2)]
+        more = [b"warm%03d" % i for i in range(1, 256, 2)]
         db.get(b"x")
-        db.put_many(keys, keys)
+        db.put_many(keys, keys)  # a bulk load
+        for k in more[:40]:  # fold-ins, splits
+            db.put(k, k)
+        db.apply_many(more[40:] + keys[:8], more[40:] + [None] * 8)  # fold-ins inside a batch
+        db.delete(keys[5])
         db.retrain_now()
         db.put(b"warm-extra", b"v")
         db.get(keys[3]), db.get_many(keys), db.scan(keys[0], 5), list(db.range(keys[0], keys[9]))

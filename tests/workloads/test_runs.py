@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -232,3 +234,39 @@ def test_digest_reads_the_length_and_both_ends_of_long_values():
     for other in (v[:-1], v + b"\x00", v[:5] + b"\xff" + v[6:], v[:-5] + b"\xff" + v[-4:], None, b""):
         assert crc([other, b"short", None]) != base
     assert crc([v, b"shorT", None]) != base and crc([v, b"short", b""]) != base
+
+
+_LATE_KERNELS = """
+import importlib, json, pkgutil
+from numba.core.registry import CPUDispatcher
+import learnedidx.index as pkg
+from learnedidx.workloads.cli import ycsb_streams
+from learnedidx.workloads.peers import get_adapter, warm_up_learned_index
+from learnedidx.workloads.runner import execute
+
+warm_up_learned_index()
+mods = [importlib.import_module(f"learnedidx.index.{m.name}") for m in pkgutil.iter_modules(pkg.__path__)]
+disps = {f"{m.__name__}.{n}": d for m in mods for n, d in vars(m).items() if isinstance(d, CPUDispatcher)}
+before = {k: len(d.overloads) for k, d in disps.items()}
+for retrain in ("background", "inline", "off"):
+    for workload in ("RI", "A", "D", "E", "F"):
+        load, run = ycsb_streams(workload, 3000, 3000, {}, None, 1)
+        for mode in ("batch", "per-op"):
+            ad = get_adapter("learnedidx", retrain=retrain, group_size=256, buffer_threshold=16)
+            execute(ad, load, mode="batch", phase="load")
+            execute(ad, run, mode=mode)
+            ad.close()
+print(json.dumps({"late": sorted(k for k, d in disps.items() if len(d.overloads) > before[k]),
+                  "used": sum(1 for d in disps.values() if d.overloads)}))
+"""
+
+
+def test_the_warm_up_loads_every_kernel_a_run_uses():
+    """Compilation is never timed: after ``warm_up_learned_index()`` (which the adapter runs
+    before any clock starts), runs of every kind (fold-ins, splits, inline and background
+    retraining, scans) load or compile no kernel of the index.  A fresh interpreter, so that
+    kernels used by other tests do not hide one the warm-up misses."""
+    out = subprocess.run([sys.executable, "-c", _LATE_KERNELS], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["used"] > 20 and got["late"] == [], got
