@@ -93,21 +93,15 @@ class Retrainer:
         return fits
 
     def in_process(self) -> bool:
-        """Whether retrains run in-process on the cpu backend now (:meth:`fit_cpu`)."""
+        """Whether retrains run in-process on the cpu backend now (:meth:`fit_here`)."""
         return type(self.cpu if self.failed and not self._retrying() else self.trainer) is CpuBackend
 
-    def fit_cpu(self, jobs: list[tuple], parts: int = 1) -> list[tuple] | None:
-        """Groups retrained in compiled calls that release the GIL
-        (:func:`~learnedidx.index.fitting.fit_jobs`, as :func:`~learnedidx.index.fitting.fit_one`
-        does each), on up to ``parts`` cores; each job is ``(kbytes, offs, n, memo,
-        use_memo, pending)``, each result ``(coef, prefix, feat, R, incremental, lo, hi)``.
-        None unless training runs in-process on the cpu backend (:meth:`in_process`)."""
-        if not self.in_process():
-            return None
-        return self.fit_here(jobs, parts)
-
     def fit_here(self, jobs: list[tuple], parts: int = 1) -> list[tuple]:
-        """:meth:`fit_cpu` whatever the store's trainer."""
+        """Groups retrained in this process, whatever the store's trainer, in compiled calls
+        that release the GIL (:func:`~learnedidx.index.fitting.fit_jobs`, as
+        :func:`~learnedidx.index.fitting.fit_one` does each) on up to ``parts`` cores; each
+        job is ``(kbytes, offs, n, memo, use_memo, pending)``, each result ``(coef, prefix,
+        feat, R, incremental, lo, hi)``."""
         G, mm = len(jobs), self.max_features + 1
         table = np.zeros((G, F.J_COLS), np.int64)
         keep = []  # what the table points into, alive until the call returns
@@ -135,15 +129,17 @@ class Retrainer:
                             G if parts > 1 else 1)
         seconds = time.perf_counter() - t0
         del keep
-        out = []
+        out, full, incremental = [], 0, 0
         for t, (_, _, n, _, _, _) in enumerate(jobs):
             prefix, feat, incr, lo, hi = res[t].tolist()
             m = feat + 1 if n > 1 else 0
             # copies: a memo keeps its R for long, and a view would keep the whole batch's
             out.append((coef[t].copy(), prefix, feat, R[t, :m * m].reshape(m, m).copy(), bool(incr), lo, hi))
-        trained = [r[4] for r, (_, _, n, _, _, _) in zip(out, jobs) if n > 1]
-        if trained:
-            self._count(len(trained) - sum(trained), sum(trained), seconds)
+            if n > 1:
+                incremental += bool(incr)
+                full += not incr
+        if full or incremental:
+            self._count(full, incremental, seconds)
         return out
 
     def train(self, A: np.ndarray, b: np.ndarray, R_old: np.ndarray | None,
@@ -272,14 +268,14 @@ def _shape(job: Job, opts: StoreOptions) -> tuple[int, int, bool]:
 def fit_local(jobs: list[Job], retrainer: Retrainer, opts: StoreOptions, parts: int = 1,
               in_process: bool = False) -> list[Fit] | None:
     """The groups' new models trained here, in compiled calls on up to ``parts`` cores
-    (:meth:`Retrainer.fit_cpu`; no lock needed: key arrays never change); None unless
+    (:meth:`Retrainer.fit_here`; no lock needed: key arrays never change); None unless
     training runs in-process on the cpu backend, or ``in_process``."""
+    if not (in_process or retrainer.in_process()):
+        return None
     specs = [(job.kbytes, job.offs, job.n, job.memo,
               job.memo is not None and job.deletes <= opts.full_retrain_fraction * job.n, job.pending)
              for job in jobs]
-    outs = retrainer.fit_here(specs, parts) if in_process else retrainer.fit_cpu(specs, parts)
-    if outs is None:
-        return None
+    outs = retrainer.fit_here(specs, parts)
     return [Fit(coef[:feat + 1], int(prefix), int(feat), R if job.n > 1 else None, bool(incremental),
                 (int(lo), int(hi)))
             for job, (coef, prefix, feat, R, incremental, lo, hi) in zip(jobs, outs)]
@@ -453,8 +449,9 @@ class RetrainQueue:
         if self.retrainer.batched():
             fits = fit_many(jobs, self.retrainer, self.opts)
         else:
-            fits = (fit_local(jobs, self.retrainer, self.opts, parts)
-                    or [fit(job, self.retrainer, self.opts) for job in jobs])
+            fits = fit_local(jobs, self.retrainer, self.opts, parts)
+            if fits is None:  # a trainer of its own, group by group
+                fits = [fit(job, self.retrainer, self.opts) for job in jobs]
         done = 0
         for job, f in zip(jobs, fits):
             with self._held(locked):

@@ -165,10 +165,11 @@ def execute(adapter: Adapter, stream: OpStream, *, mode: str = "per-op", phase: 
     else:
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(work, range(threads)))
-    t0 = time.perf_counter_ns()
+    finish_ns = 0
     if finish:
+        t0 = time.perf_counter_ns()
         adapter.finish()
-    finish_ns = time.perf_counter_ns() - t0 if finish else 0
+        finish_ns = time.perf_counter_ns() - t0
     # The run time is the slowest thread's, without the time it spent on the digest (a check
     # of this runner's own, costing as much as a fast store's lookup: it would blur every ratio).
     rep = Report(adapter.name, phase, mode, runtime_ms=(max(r[2] for r in results) + finish_ns) / 1e6,
