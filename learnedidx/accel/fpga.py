@@ -48,37 +48,75 @@ def _tree(buf, width):
         w = (w + 1) // 2
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _dots(W, lo, hi, v, start, width, buf, acc) -> None:
-    """``acc[j - lo]``: the dot product of v[start:] with W[j][start:] for each j in
-    lo..hi-1, as the hardware sums it: ``width`` products per cycle reduced by a pairwise
-    adder tree, tree outputs accumulated in order.  The trees of all j side by side (the
-    same sums, in the same order, as one dot at a time); ``buf``: a width × (hi - lo)
-    workspace."""
-    k = hi - lo
-    m = W.shape[1]
-    for jj in range(k):
-        acc[jj] = 0.0
-    for i in range(start, m, width):
-        cnt = min(width, m - i)
-        for jj in range(k):
-            w = W[lo + jj]
-            for r in range(cnt):
-                buf[r, jj] = v[i + r] * w[i + r]
-            for r in range(cnt, width):
-                buf[r, jj] = 0.0
-        _tree(buf[:, :k], width)
-        for jj in range(k):
-            acc[jj] += buf[0, jj]
+@njit(cache=True, nogil=True)
+def _dots(f, a, b0, stride, cols, L, width, acc, buf, t1, t2):
+    """``acc[c]`` for c < ``cols``: the dot product of f[a:a + L] and f[b:b + L], where
+    b = b0 + c·stride, as the hardware sums it: ``width`` products per beat (zero-padded)
+    reduced by a pairwise adder tree, the beats' sums accumulated in order.  In f's dtype
+    and without FMA: every product and sum rounds to it.
+
+    One flat array and offsets, no views, and all of a reflector's dots in one call: a
+    view, or an array handed to an inlined function, inside a loop costs two atomic
+    reference count updates, more than a short dot.  A power-of-two width (the usual
+    case): all beats' trees level by level, in loops that vectorize (a beat's pairs never
+    cross into the next beat at any level, so the sums are the same); any other width: a
+    beat at a time through ``buf`` (width × 1).  ``t1``, ``t2``: L // 2 + width each."""
+    zero = f.dtype.type(0.0)
+    one = np.uint64(1)
+    # Unsigned indexes: the compiler need not check for negative ones, so the loops vectorize.
+    ua, uL = np.uint64(a), np.uint64(L)
+    for c in range(cols):
+        b = b0 + c * stride
+        ub = np.uint64(b)
+        s = zero
+        if width == 1:
+            for i in range(uL):
+                s += f[ua + i] * f[ub + i]
+        elif width & (width - 1) == 0:
+            nb = (L + width - 1) // width
+            n = nb * (width // 2)
+            full = L // 2
+            for t in range(np.uint64(full)):
+                t1[t] = f[ua + t + t] * f[ub + t + t] + f[ua + t + t + one] * f[ub + t + t + one]
+            for t in range(full, n):  # the last beat's zero padding
+                t1[t] = zero
+            if L % 2:
+                t1[full] = f[a + L - 1] * f[b + L - 1] + zero
+            in_t1 = True
+            while n > nb:
+                n //= 2
+                if in_t1:
+                    for t in range(np.uint64(n)):
+                        t2[t] = t1[t + t] + t1[t + t + one]
+                else:
+                    for t in range(np.uint64(n)):
+                        t1[t] = t2[t + t] + t2[t + t + one]
+                in_t1 = not in_t1
+            for t in range(nb):
+                s += t1[t] if in_t1 else t2[t]
+        else:
+            for i in range(0, L, width):
+                cnt = min(width, L - i)
+                for r in range(cnt):
+                    buf[r, 0] = f[a + i + r] * f[b + i + r]
+                for r in range(cnt, width):
+                    buf[r, 0] = zero
+                _tree(buf, width)
+                s += buf[0, 0]
+        acc[c] = s
 
 
 @njit(cache=True, nogil=True)
 def tree_dot(x, y, start, width):
     """Dot product of x[start:] and y[start:] as the hardware's dot-product tree sums it
     (:func:`_dots`), in x's dtype."""
-    buf = np.empty((width, 1), x.dtype)
+    L = x.shape[0] - start
+    f = np.empty(2 * L, x.dtype)
+    f[:L] = x[start:]
+    f[L:] = y[start:]
     acc = np.empty(1, x.dtype)
-    _dots(y.reshape(1, y.shape[0]), 0, 1, x, start, width, buf, acc)
+    t1 = np.empty(L // 2 + width, x.dtype)
+    _dots(f, 0, L, 0, 1, L, width, acc, np.empty((width, 1), x.dtype), t1, np.empty_like(t1))
     return acc[0]
 
 
@@ -109,37 +147,43 @@ def tree_dots(A, y, width, one):
 @njit(cache=True, nogil=True)
 def householder_unit(W, width):
     """Factor the columns of ``W`` (stored transposed: W[j] is column j, length m) in place;
-    returns R (n×n) in W's dtype.  The last column may be a right-hand side."""
+    returns R (n×n) in W's dtype.  The last column may be a right-hand side.  (W is
+    C-contiguous; its rows are read through one flat view, see :func:`_dots`.)"""
     n = W.shape[0]
     m = W.shape[1]
     one = W.dtype.type(1.0)
     two = W.dtype.type(2.0)
-    buf = np.empty((width, n), W.dtype)
+    f = W.reshape(n * m)
+    buf = np.empty((width, 1), W.dtype)
     acc = np.empty(n, W.dtype)
+    t1 = np.empty(m // 2 + width, W.dtype)
+    t2 = np.empty_like(t1)
     for k in range(min(n, m)):
-        v = W[k]
-        _dots(W, k, k + 1, v, k, width, buf, acc)
+        vk = k * m + k  # column k from its diagonal entry on
+        uk = np.uint64(vk)
+        L = m - k
+        _dots(f, vk, vk, 0, 1, L, width, acc, buf, t1, t2)
         norm2 = acc[0]
         if norm2 == 0.0:
             continue
         norm = np.sqrt(norm2)
-        xk = v[k]
+        xk = f[vk]
         alpha = -norm if xk >= 0 else norm
-        v[k] = xk - alpha
+        f[vk] = xk - alpha
         vtv = two * (norm2 - alpha * xk)
         if vtv == 0.0:
-            v[k] = alpha
+            f[vk] = alpha
             continue
         inv = two * (one / vtv)  # the reciprocal unit
         # The inner PEs: each column's dot with the reflector (all before any update, which
         # changes no other column's dot), then the scaled subtraction.
-        _dots(W, k + 1, n, v, k, width, buf, acc)
+        _dots(f, vk, vk + m, m, n - k - 1, L, width, acc, buf, t1, t2)
         for j in range(k + 1, n):
-            w = W[j]
+            wk = np.uint64(j * m + k)  # unsigned, as in _dots
             s = acc[j - k - 1] * inv
-            for i in range(k, m):
-                w[i] -= s * v[i]
-        v[k] = alpha
+            for i in range(np.uint64(L)):
+                f[wk + i] -= s * f[uk + i]
+        f[vk] = alpha
     R = np.zeros((n, n), W.dtype)
     for i in range(min(n, m)):
         for j in range(i, n):
@@ -172,18 +216,31 @@ def tsqr(At, blocks, width):
     return householder_unit(W2, width)
 
 
+@njit(cache=True, nogil=True)
+def _fill_t(Wt, A, b, has_b, ridge):
+    """Wt (zeros) := [A b; diag(ridge·||A_j||) 0] transposed, cast to Wt's dtype.  The
+    norms sum the squares row after row, as numpy's ``linalg.norm(A, axis=0)`` does."""
+    N, n = A.shape
+    sq = np.zeros(n)
+    for i in range(N):
+        for j in range(n):
+            a = A[i, j]
+            Wt[j, i] = a
+            sq[j] += a * a
+        if has_b:
+            Wt[n, i] = b[i]
+    if ridge > 0:
+        for j in range(n):
+            norm = np.sqrt(sq[j])
+            Wt[j, N + j] = ridge * norm if norm > 0 else 1.0
+
+
 def _augmented_t(A: np.ndarray, b: np.ndarray | None, ridge: float, dtype) -> np.ndarray:
     """[A b; diag(ridge·||A_j||) 0] transposed, in the device precision."""
     N, n = A.shape
-    cols = n + (b is not None)
-    rows = N + (n if ridge > 0 else 0)
-    Wt = np.zeros((cols, rows), dtype)
-    Wt[:n, :N] = A.T
-    if b is not None:
-        Wt[n, :N] = b
-    if ridge > 0:
-        norms = np.linalg.norm(A, axis=0)
-        Wt[np.arange(n), N + np.arange(n)] = np.where(norms > 0, ridge * norms, 1.0)
+    Wt = np.zeros((n + (b is not None), N + (n if ridge > 0 else 0)), dtype)
+    _fill_t(Wt, np.ascontiguousarray(A, np.float64), np.ascontiguousarray(b if b is not None else A[:0, 0], np.float64),
+            b is not None, float(ridge))
     return Wt
 
 

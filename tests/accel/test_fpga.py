@@ -6,7 +6,8 @@ import pytest
 import scipy.linalg
 
 from learnedidx.accel.config import DeviceConfig
-from learnedidx.accel.fpga import FpgaDatapath, cycles_full, cycles_incremental, householder_unit, tree_dot, tree_dots
+from learnedidx.accel.fpga import (FpgaDatapath, _augmented_t, cycles_full, cycles_incremental, householder_unit, tree_dot,
+                                  tree_dots)
 from learnedidx.errors import ConfigError
 from learnedidx.index.qr import solve_full
 
@@ -70,8 +71,8 @@ def test_dot_trees_are_bit_identical_to_one_dot_at_a_time(dtype):
     """The kernels run many trees side by side; every sum must be the one the tree makes
     for that dot alone, to the last bit (lengths and widths that leave partial beats)."""
     rng = np.random.default_rng(3)
-    for width in (1, 2, 3, 5, 8, 16):
-        for length in (1, 7, 8, 9, 61):
+    for width in (1, 2, 3, 4, 5, 8, 16, 32):
+        for length in (1, 7, 8, 9, 61, 300):
             x = (rng.standard_normal(length) * 100).astype(dtype)
             y = (rng.standard_normal(length) * 100).astype(dtype)
             for start in sorted({0, 1, length // 2}):
@@ -83,11 +84,31 @@ def test_dot_trees_are_bit_identical_to_one_dot_at_a_time(dtype):
             A_dev, b_dev = A.astype(dtype), b.astype(dtype)
             want = np.array([_tree_dot_spec(np.ascontiguousarray(A_dev[:, j]), b_dev, 0, width) for j in range(6)], dtype)
             assert got.tobytes() == want.tobytes()
-    for width in (1, 3, 8):
-        for n, m in ((6, 40), (5, 5), (7, 4)):
+    for width in (1, 3, 8, 16):
+        for n, m in ((6, 40), (5, 5), (7, 4), (12, 301)):
             W = (rng.standard_normal((n, m)) * 50).astype(dtype)
             W[2] = 0.0  # a zero column: the reflector is skipped
             assert householder_unit(W.copy(), width).tobytes() == _householder_spec(W, width).tobytes()
+
+
+def test_the_augmented_matrix_is_numpys():
+    """The device's input, [A b; diag(ridge·||A_j||) 0] transposed in its precision, holds
+    the bits numpy's casts and column norms give (norms summed row after row)."""
+    rng = np.random.default_rng(4)
+    for N, n in ((1, 1), (7, 3), (900, 17), (5000, 25)):
+        A = rng.standard_normal((N, n)) * 10.0 ** rng.integers(-4, 5, n)
+        A[:, n // 2] = 0.0
+        b = rng.standard_normal(N)
+        for dtype in (np.float32, np.float64):
+            for bb, ridge in ((b, 1e-3), (None, 0.0), (None, 1e-6)):
+                want = np.zeros((n + (bb is not None), N + (n if ridge else 0)), dtype)
+                want[:n, :N] = A.T
+                if bb is not None:
+                    want[n, :N] = bb
+                if ridge:
+                    norms = np.linalg.norm(A, axis=0)
+                    want[np.arange(n), N + np.arange(n)] = np.where(norms > 0, ridge * norms, 1.0)
+                assert _augmented_t(A, bb, ridge, dtype).tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("precision,tol", [("fp32", 0.5), ("fp64", 1e-6)])
