@@ -16,11 +16,13 @@ A trainer that takes batches (``train_keys``: the server, one round trip) is han
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 import numpy as np
 
@@ -440,18 +442,21 @@ class RetrainQueue:
         """The writer lock, unless the caller holds it already."""
         return contextlib.nullcontext() if locked else self.lock
 
-    def _train(self, gs: list[int], locked: bool, parts: int) -> None:
-        """Retrain groups ``gs``: their jobs taken under the writer lock, fitted without it
-        (many at once when the trainer takes batches or trains in-process, on up to
-        ``parts`` cores), each published under it."""
+    def _take(self, gs: list[int], locked: bool) -> list[Job]:
         with self._held(locked):
-            jobs = [job for g in gs if (job := take_job(self.live, g)) is not None]
+            return [job for g in gs if (job := take_job(self.live, g)) is not None]
+
+    def _fit(self, jobs: list[Job], parts: int) -> list[Fit]:
+        """The jobs' fits, without the writer lock: many at once when the trainer takes
+        batches or trains in-process (on up to ``parts`` cores)."""
         if self.retrainer.batched():
-            fits = fit_many(jobs, self.retrainer, self.opts)
-        else:
-            fits = fit_local(jobs, self.retrainer, self.opts, parts)
-            if fits is None:  # a trainer of its own, group by group
-                fits = [fit(job, self.retrainer, self.opts) for job in jobs]
+            return fit_many(jobs, self.retrainer, self.opts)
+        fits = fit_local(jobs, self.retrainer, self.opts, parts)
+        if fits is None:  # a trainer of its own, group by group
+            fits = [fit(job, self.retrainer, self.opts) for job in jobs]
+        return fits
+
+    def _publish(self, jobs: list[Job], fits: list[Fit], locked: bool) -> None:
         done = 0
         for job, f in zip(jobs, fits):
             with self._held(locked):
@@ -461,21 +466,50 @@ class RetrainQueue:
             self.backlog -= done
             self._cv.notify_all()
 
+    def _undue(self, gs: list[int], ripe: bool) -> None:
+        """Groups ``gs`` were not trained: due again."""
+        with self._cv:
+            for g in gs:
+                self.due[g] = None
+                if ripe:
+                    self.ripe[g] = None
+
     def _train_due(self, locked: bool, parts: int = 1, ripe: bool = False) -> None:
         """Train every due group (every ripe one), on up to ``parts`` cores; ``locked``: the
         caller holds the writer lock (which then serializes retrains: taking ``_training``
         after it would invert the lock order of the unlocked retrains, which take it before)."""
         with contextlib.nullcontext() if locked else self._training:
+            if parts > 1 and self.retrainer.batched():
+                return self._train_pipelined(locked, parts, ripe)
             while gs := self._pop(BATCH_GROUPS if self.retrainer.batched() or self.retrainer.in_process() else 1, ripe):
                 try:
-                    self._train(gs, locked, parts)
+                    self._publish(jobs := self._take(gs, locked), self._fit(jobs, parts), locked)
                 except BaseException:
-                    with self._cv:  # not trained: still due
-                        for g in gs:
-                            self.due[g] = None
-                            if ripe:
-                                self.ripe[g] = None
+                    self._undue(gs, ripe)
                     raise
+
+    def _train_pipelined(self, locked: bool, parts: int, ripe: bool) -> None:
+        """:meth:`_train_due` for a caller that waits, with a trainer that takes batches:
+        ``parts`` batches in flight, so that one batch's requests, key trimming and error
+        bounds overlap another's training on the server; published in order, here."""
+        flight: collections.deque = collections.deque()
+        with ThreadPoolExecutor(parts, thread_name_prefix="learnedidx-drain") as pool:
+            try:
+                while True:
+                    gs = self._pop(BATCH_GROUPS, ripe) if len(flight) < parts else []
+                    if gs:
+                        jobs = self._take(gs, locked)
+                        flight.append((gs, jobs, pool.submit(self._fit, jobs, 1)))
+                        continue
+                    if not flight:
+                        return
+                    _, jobs, fits = flight[0]
+                    self._publish(jobs, fits.result(), locked)
+                    flight.popleft()
+            except BaseException:
+                for gs, _, _ in flight:
+                    self._undue(gs, ripe)
+                raise
 
     def drain(self, locked: bool = False) -> None:
         """Retrain every due group now, in the calling thread and on every core (the

@@ -51,9 +51,11 @@ class RCache:
 class Device:
     """Runs train jobs and accounts for them.
 
-    ``fpga-emu``: one job at a time — a job occupies the whole emulated device (its row
-    blocks spread over every unit's PUs, one unit re-factors the stacked R's), later jobs
-    queue.  ``cpu``: one job per core.
+    ``cpu``: one job per core.  ``fpga-emu``: the modelled device runs one job at a time
+    (a job occupies the whole device: its row blocks spread over every unit's PUs, one unit
+    re-factors the stacked R's), so ``modelled_seconds`` adds up every job's cycles; the
+    emulation itself, host code standing in for the device, runs one job per core, so that
+    the host's speed at emulating does not queue jobs behind each other.
     """
 
     def __init__(self, name: str, config: DeviceConfig, slots: int, r_cache_groups: int = 4096) -> None:
@@ -72,7 +74,7 @@ class Device:
         if backend not in ("cpu", "fpga-emu"):
             raise ConfigError(f"device backend must be 'cpu' or 'fpga-emu', not {backend!r}")
         cfg = DeviceConfig.load(config_path, **overrides)
-        return cls(backend, cfg, 1 if backend == "fpga-emu" else max(1, os.cpu_count() or 1), r_cache_groups)
+        return cls(backend, cfg, max(1, os.cpu_count() or 1), r_cache_groups)
 
     @property
     def max_features(self) -> int:

@@ -1,0 +1,107 @@
+"""A drain the caller waits for (``retrain_now``), with a trainer that takes batches, keeps
+several batches in flight: it must publish exactly what one batch at a time publishes, and
+a batch that fails must leave every group it had not published due."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import learnedidx
+from learnedidx.errors import LearnedIdxError
+from learnedidx.index import parallel
+from learnedidx.index.qr import CpuBackend
+from learnedidx.index.retrainer import BATCH_GROUPS
+from learnedidx.index.training import register_backend
+
+
+class _Batches:
+    """Trains batches (``train_keys``) on the host; ``fail_at``: the call that raises a
+    bug's error (not an offload failure, so it is not trained around)."""
+
+    name = "test-batches"
+
+    def __init__(self) -> None:
+        self.cpu = CpuBackend()
+        self.calls = 0
+        self.fail_at = -1
+
+    def train_full(self, A, b):
+        return self.cpu.train_full(A, b)
+
+    def train_incremental(self, R_old, A_delta, A, b):
+        return self.cpu.train_incremental(R_old, A_delta, A, b)
+
+    def train_keys(self, jobs):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise LearnedIdxError("trainer bug")
+        out = []
+        for j in jobs:
+            A, b, A_delta = j.rows()
+            out.append(self.train_full(A, b) if A_delta is None else self.cpu.train_incremental(j.R_old, A_delta, A, b))
+        return out
+
+
+def _keys():
+    rng = np.random.default_rng(8)
+    return sorted({b"user%015d" % x for x in rng.integers(0, 10 ** 15, 120_000)})
+
+
+def _loaded(trainer_name: str):
+    keys = _keys()
+    ref = {k: k[:6] for k in keys[::2]}
+    db = learnedidx.open(None, group_size=128, buffer_threshold=16, retrain="off", trainer=trainer_name)
+    db.put_many(list(ref), list(ref.values()))
+    db.retrain_now()
+    for k in keys[1::2]:
+        db.put(k, k[-6:])
+        ref[k] = k[-6:]
+    return db, ref
+
+
+@pytest.mark.parametrize("cores", [3])
+def test_batches_in_flight_publish_what_one_batch_at_a_time_does(monkeypatch, cores):
+    trainer = _Batches()
+    register_backend(_Batches.name, lambda: trainer)
+    models = []
+    for n in (1, cores):
+        monkeypatch.setattr(parallel, "CORES", n)
+        db, ref = _loaded(_Batches.name)
+        with db:
+            due = db.stats()["due_groups"]
+            assert due > 3 * BATCH_GROUPS  # several batches, so several in flight
+            calls = trainer.calls
+            db.retrain_now()
+            s = db.stats()
+            assert s["backlog"] == 0 and s["due_groups"] == 0 and not s["trainer_failed"]
+            assert trainer.calls - calls >= due / BATCH_GROUPS
+            assert db.get_many(list(ref)) == list(ref.values())
+            live = db._live
+            models.append([(live.coef[g].tobytes(), None if grp.memo is None else grp.memo.R.tobytes())
+                           for g, grp in enumerate(live.groups)])
+    assert models[0] == models[1]
+
+
+def test_a_failed_batch_leaves_its_groups_due(monkeypatch):
+    trainer = _Batches()
+    register_backend(_Batches.name, lambda: trainer)
+    monkeypatch.setattr(parallel, "CORES", 2)
+    db, ref = _loaded(_Batches.name)
+    with db:
+        before = db.stats()
+        trainer.fail_at = trainer.calls + 2  # the second batch of the drain fails
+        with pytest.raises(LearnedIdxError, match="trainer bug"):
+            db.retrain_now()
+        s = db.stats()
+        # Which batch of those in flight asked second is a race: the first in line or the
+        # next.  Either way no group is lost: each one is trained or due, and the backlog
+        # counts exactly the keys of the groups not trained.
+        assert before["due_groups"] - BATCH_GROUPS <= s["due_groups"] <= before["due_groups"]
+        q, groups = db._queue, db._live.groups
+        assert all(g in q.due or grp.untrained == 0 for g, grp in enumerate(groups))
+        assert s["backlog"] == sum(grp.untrained for grp in groups) > 0
+        assert db.get_many(list(ref)) == list(ref.values())
+        db.retrain_now()
+        s = db.stats()
+        assert s["backlog"] == 0 and s["due_groups"] == 0
+        assert db.get_many(list(ref)) == list(ref.values())
