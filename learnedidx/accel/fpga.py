@@ -294,21 +294,33 @@ class FpgaDatapath:
 def _dot_cycles(cfg: DeviceConfig, length: int) -> int:
     """Stream ``length`` products through the tree: one beat per ``dot_width`` inputs,
     plus the tree depth and the accumulator."""
-    depth = max(1, math.ceil(math.log2(cfg.dot_width)))
-    return math.ceil(length / cfg.dot_width) + depth * cfg.lat_add + cfg.lat_add + cfg.lat_mul
+    return _dot_cycles_of(length, cfg.dot_width, cfg.lat_add, cfg.lat_mul)
 
 
-def qr_unit_cycles(cfg: DeviceConfig, m: int, n_cols: int) -> int:
-    """Cycles for one PU to factor an m × n_cols block."""
+@njit(cache=True, nogil=True)
+def _dot_cycles_of(length, dot_width, lat_add, lat_mul) -> int:
+    depth = max(1, math.ceil(math.log2(dot_width)))
+    return math.ceil(length / dot_width) + depth * lat_add + lat_add + lat_mul
+
+
+@njit(cache=True, nogil=True)
+def _qr_unit_cycles_of(m, n_cols, dot_width, inner_pes, lat_add, lat_mul, lat_sqrt, lat_recip) -> int:
     total = 0
     for k in range(min(m, n_cols)):
         r = m - k
-        outer = _dot_cycles(cfg, r) + cfg.lat_sqrt + cfg.lat_recip + cfg.lat_add
+        dot = _dot_cycles_of(r, dot_width, lat_add, lat_mul)
+        outer = dot + lat_sqrt + lat_recip + lat_add
         rest = n_cols - k - 1
-        rounds = math.ceil(rest / cfg.inner_pes) if rest > 0 else 0
-        inner = rounds * (_dot_cycles(cfg, r) + math.ceil(r / cfg.dot_width) + cfg.lat_mul + cfg.lat_add)
+        rounds = math.ceil(rest / inner_pes) if rest > 0 else 0
+        inner = rounds * (dot + math.ceil(r / dot_width) + lat_mul + lat_add)
         total += outer + inner
     return total
+
+
+def qr_unit_cycles(cfg: DeviceConfig, m: int, n_cols: int) -> int:
+    """Cycles for one PU to factor an m × n_cols block (compiled: every job is charged)."""
+    return int(_qr_unit_cycles_of(m, n_cols, cfg.dot_width, cfg.inner_pes, cfg.lat_add, cfg.lat_mul, cfg.lat_sqrt,
+                                  cfg.lat_recip))
 
 
 def transfer_cycles(cfg: DeviceConfig, nbytes: int) -> int:

@@ -1,13 +1,15 @@
 """The emulated FPGA datapath against FP64 oracles, and its cycle model."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import scipy.linalg
 
 from learnedidx.accel.config import DeviceConfig
-from learnedidx.accel.fpga import (FpgaDatapath, _augmented_t, cycles_full, cycles_incremental, householder_unit, tree_dot,
-                                  tree_dots)
+from learnedidx.accel.fpga import (FpgaDatapath, _augmented_t, cycles_full, cycles_incremental, householder_unit,
+                                  qr_unit_cycles, tree_dot, tree_dots)
 from learnedidx.errors import ConfigError
 from learnedidx.index.qr import solve_full
 
@@ -160,6 +162,29 @@ def test_cycle_model_is_monotone():
     assert cycles_full(base, 200_000, 33) > c
     assert cycles_full(DeviceConfig(link_gbps=1.0), 100_000, 33) > c
     assert cycles_incremental(base, 100_000, 33, 1000) < c
+
+
+def test_a_qr_unit_is_charged_its_schedule():
+    """One PU factoring an m × n block, column by column: the outer PE streams the column
+    through the dot tree (a beat per ``dot_width`` inputs, the tree's depth and the
+    accumulator), then a square root, a reciprocal and an add; the inner PEs take the
+    remaining columns ``inner_pes`` at a time, each a dot, a scaled subtraction streamed at a
+    beat per ``dot_width`` entries, a multiply and an add."""
+    def dot(cfg, r):
+        return -(-r // cfg.dot_width) + max(1, math.ceil(math.log2(cfg.dot_width))) * cfg.lat_add + cfg.lat_add + cfg.lat_mul
+
+    def spec(cfg, m, n):
+        total = 0
+        for k in range(min(m, n)):
+            r = m - k
+            total += dot(cfg, r) + cfg.lat_sqrt + cfg.lat_recip + cfg.lat_add
+            total += -(-(n - k - 1) // cfg.inner_pes) * (dot(cfg, r) + -(-r // cfg.dot_width) + cfg.lat_mul + cfg.lat_add)
+        return total
+
+    for cfg in (DeviceConfig(), DeviceConfig(dot_width=3, inner_pes=4, lat_add=1), DeviceConfig(dot_width=16, lat_sqrt=30)):
+        for m, n in ((0, 5), (1, 1), (7, 33), (66, 33), (125, 18), (9999, 33)):
+            got = qr_unit_cycles(cfg, m, n)
+            assert type(got) is int and got == spec(cfg, m, n)
 
 
 def test_config_file_and_bad_values(tmp_path):
