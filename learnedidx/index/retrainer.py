@@ -427,12 +427,12 @@ class RetrainQueue:
         self.stats["stalls"] += 1
         self.stats["stall_seconds"] += time.perf_counter() - t0
 
-    def _pop(self, most: int, ripe: bool) -> list[int]:
+    def _pop(self, most: int, ripe: bool, busy: set[int] | frozenset = frozenset()) -> list[int]:
         """Up to ``most`` due groups (``ripe`` ones only, unless writers wait for the
-        backlog), no longer due."""
+        backlog), no longer due; none of ``busy`` (groups whose job is in flight)."""
         with self._cv:
             pool = self.ripe if ripe and not self._waiting else self.due
-            gs = list(itertools.islice(pool, most))
+            gs = list(itertools.islice((g for g in pool if g not in busy) if busy else pool, most))
             for g in gs:
                 del self.due[g]
                 self.ripe.pop(g, None)
@@ -491,24 +491,30 @@ class RetrainQueue:
     def _train_pipelined(self, locked: bool, parts: int, ripe: bool) -> None:
         """:meth:`_train_due` for a caller that waits, with a trainer that takes batches:
         ``parts`` batches in flight, so that one batch's requests, key trimming and error
-        bounds overlap another's training on the server; published in order, here."""
+        bounds overlap another's training on the server; published in order, here.  A group
+        has one job in flight at most: a second one, taken before the first is published,
+        would count the first one's keys as trained again."""
         flight: collections.deque = collections.deque()
+        busy: set[int] = set()  # a group written to again while its job is in flight waits for it
         with ThreadPoolExecutor(parts, thread_name_prefix="learnedidx-drain") as pool:
             try:
                 while True:
-                    gs = self._pop(BATCH_GROUPS, ripe) if len(flight) < parts else []
+                    gs = self._pop(BATCH_GROUPS, ripe, busy) if len(flight) < parts else []
                     if gs:
+                        busy.update(gs)
+                        flight.append((gs, None, None))  # popped: due again if anything fails from here
                         jobs = self._take(gs, locked)
-                        flight.append((gs, jobs, pool.submit(self._fit, jobs, 1)))
+                        flight[-1] = (gs, jobs, pool.submit(self._fit, jobs, 1))
                         continue
                     if not flight:
                         return
-                    _, jobs, fits = flight[0]
+                    gs, jobs, fits = flight[0]
                     self._publish(jobs, fits.result(), locked)
                     flight.popleft()
+                    busy.difference_update(gs)
             except BaseException:
-                for gs, _, _ in flight:
-                    self._undue(gs, ripe)
+                for held, _, _ in flight:
+                    self._undue(held, ripe)
                 raise
 
     def drain(self, locked: bool = False) -> None:

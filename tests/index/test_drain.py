@@ -3,12 +3,15 @@ several batches in flight: it must publish exactly what one batch at a time publ
 a batch that fails must leave every group it had not published due."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 import learnedidx
 from learnedidx.errors import LearnedIdxError
 from learnedidx.index import parallel
+from learnedidx.index import retrainer as RT
 from learnedidx.index.qr import CpuBackend
 from learnedidx.index.retrainer import BATCH_GROUPS
 from learnedidx.index.training import register_backend
@@ -105,3 +108,51 @@ def test_a_failed_batch_leaves_its_groups_due(monkeypatch):
         s = db.stats()
         assert s["backlog"] == 0 and s["due_groups"] == 0
         assert db.get_many(list(ref)) == list(ref.values())
+
+
+def test_writes_during_a_drain_never_put_a_group_in_two_batches_in_flight(monkeypatch):
+    """A writer folds a group that a batch in flight holds, making it due again while that
+    batch trains: a second job for it, taken before the first is published, would count
+    the first one's keys as trained twice (the group's backlog would go negative).  Here
+    each of the first calls of the trainer writes enough keys into its batch's first group
+    to fold it and then takes a while, so that the batch ahead of it is published and the
+    next one taken while it is still in flight."""
+    trainer = _Batches()
+    train = trainer.train_keys
+    written: dict[bytes, bytes] = {}
+    store: list = []
+
+    def train_keys(jobs):
+        if trainer.calls < 100:
+            j = jobs[0]
+            first = j.arena[j.offsets[0]:j.offsets[1]].tobytes()
+            for i in range(40):  # past buffer_threshold: the group folds and is due again
+                k = first + b"%03d%03d" % (trainer.calls, i)
+                store[0].put(k, b"w")
+                written[k] = b"w"
+            time.sleep(0.01)  # still in flight when the batch ahead is published
+        return train(jobs)
+
+    trainer.train_keys = train_keys
+    register_backend(_Batches.name, lambda: trainer)
+    monkeypatch.setattr(parallel, "CORES", 2)
+    db, ref = _loaded(_Batches.name)
+    store.append(db)
+    real_publish = RT.publish
+    published: list[int] = []
+
+    def publish(live, job, f):
+        published.append(job.grp.untrained - job.untrained)
+        return real_publish(live, job, f)
+
+    monkeypatch.setattr(RT, "publish", publish)
+    with db:
+        while trainer.calls < 100:
+            db.retrain_now()
+        assert min(published) >= 0  # never more keys trained than the group took
+        ref.update(written)
+        db.retrain_now()
+        s = db.stats()
+        groups = db._live.groups
+        assert s["backlog"] == 0 == sum(grp.untrained for grp in groups)
+        assert db.get_many(list(ref)) == [ref[k] for k in ref]
