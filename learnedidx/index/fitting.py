@@ -110,21 +110,11 @@ def _rows_block(W, n, kbytes, offs, r0, rows, prefix, feat, first):
 
 
 @njit(cache=True, nogil=True)
-def fit_one(kbytes, offs, n, max_features, R_old, memo_prefix, memo_feat, use_memo, parena, poffs):
-    """Retrain one group of ``n`` sorted keys (``kbytes``/``offs``), without the GIL and
-    without building its feature matrix: ``(coef, prefix, feat, R, incremental, err_lo,
-    err_hi)``.  Incremental (SIA) when ``use_memo`` and the memo's prefix and feature length
-    still hold: R of the new keys' rows (``parena``/``poffs``), R of ``[R_old; R_Δ]``, then
-    ``RᵀR x = Aᵀb`` with ``Aᵀb`` summed over every key; full otherwise, streamed through the
-    L1-sized block.  The same arithmetic as the ``cpu`` backend on the feature matrix, so
-    the same numbers; error bounds exact over these keys."""
-    if n <= 1:
-        return np.zeros(max_features + 1), 0, 0, np.zeros((0, 0)), False, 0, 0
-    prefix = K.common_prefix_len(kbytes, offs, 0, n)
-    feat = min(max_features, K.max_key_len(offs, 0, n) - prefix)
+def fit_shaped(kbytes, offs, n, prefix, feat, R_old, incremental, parena, poffs):
+    """``(x, R)``: the least-squares model of ``n`` sorted keys for a given prefix and
+    feature length, from their bytes (no feature matrix): incremental from ``R_old`` and
+    the new keys' rows (``parena``/``poffs``), full otherwise (see :func:`fit_one`)."""
     m = feat + 1
-    coef = np.zeros(max_features + 1)
-    incremental = use_memo and memo_prefix == prefix and memo_feat == feat
     if incremental:
         A_delta = K.build_features(parena, poffs, 0, poffs.shape[0] - 1, prefix, feat)
         if A_delta.shape[0] > 0:
@@ -151,9 +141,57 @@ def fit_one(kbytes, offs, n, max_features, R_old, memo_prefix, memo_feat, use_me
             _rows_block(W, m, kbytes, offs, r0, rows, prefix, feat, 0)
             Q.ls_fold(W, m, rows)
         R, x = Q.ls_finish(W, m)
+    return x, R
+
+
+@njit(cache=True, nogil=True)
+def fit_one(kbytes, offs, n, max_features, R_old, memo_prefix, memo_feat, use_memo, parena, poffs):
+    """Retrain one group of ``n`` sorted keys (``kbytes``/``offs``), without the GIL and
+    without building its feature matrix: ``(coef, prefix, feat, R, incremental, err_lo,
+    err_hi)``.  Incremental (SIA) when ``use_memo`` and the memo's prefix and feature length
+    still hold: R of the new keys' rows (``parena``/``poffs``), R of ``[R_old; R_Δ]``, then
+    ``RᵀR x = Aᵀb`` with ``Aᵀb`` summed over every key; full otherwise, streamed through the
+    L1-sized block.  The same arithmetic as the ``cpu`` backend on the feature matrix, so
+    the same numbers; error bounds exact over these keys."""
+    if n <= 1:
+        return np.zeros(max_features + 1), 0, 0, np.zeros((0, 0)), False, 0, 0
+    prefix = K.common_prefix_len(kbytes, offs, 0, n)
+    feat = min(max_features, K.max_key_len(offs, 0, n) - prefix)
+    m = feat + 1
+    coef = np.zeros(max_features + 1)
+    incremental = use_memo and memo_prefix == prefix and memo_feat == feat
+    x, R = fit_shaped(kbytes, offs, n, prefix, feat, R_old, incremental, parena, poffs)
     coef[:m] = x
     lo, hi = K.error_bounds(kbytes, offs, 0, n, prefix, feat, coef)
     return coef, prefix, feat, R, incremental, lo, hi
+
+
+#: Columns of :func:`fit_keyed_jobs`'s job table: where a job's keys and new keys lie in
+#: the batch's offsets (the group's n keys from ``K_AT``, then its new keys), its shape,
+#: whether it starts from a memo, and where its memo and its results lie in the flat arrays.
+K_AT, K_N, K_NEW, K_PREFIX, K_FEAT, K_INCR, K_ROLD, K_ROUT, K_COUT, K_COLS = range(10)
+
+
+@njit(cache=True, nogil=True)
+def fit_keyed_jobs(keys, offsets, jobs, r_old, R_out, coef_out, j0, j1) -> None:
+    """:func:`fit_shaped` of jobs j0..j1-1 of a batch given by its keys (a server's
+    ``train.keys``: ``keys``/``offsets`` hold every job's keys, rows of ``jobs`` say which
+    are whose), in one call that releases the GIL.  Job j's R ((feat+1)² values, row by
+    row) goes to ``R_out`` from ``jobs[j, K_ROUT]``, its coefficients to ``coef_out`` from
+    ``jobs[j, K_COUT]``.  The caller has checked every offset and size."""
+    for j in range(j0, j1):
+        s = jobs[j]
+        at, n, new, prefix, feat = s[K_AT], s[K_N], s[K_NEW], s[K_PREFIX], s[K_FEAT]
+        w = feat + 1
+        incremental = s[K_INCR] != 0
+        R_old = r_old[s[K_ROLD]:s[K_ROLD] + w * w].reshape(w, w) if incremental else np.zeros((0, 0))
+        x, R = fit_shaped(keys, offsets[at:at + n + 1], n, prefix, feat, R_old, incremental, keys,
+                          offsets[at + n:at + n + new + 1])
+        ro, co = s[K_ROUT], s[K_COUT]
+        for a in range(w):
+            coef_out[co + a] = x[a]
+            for b in range(w):
+                R_out[ro + a * w + b] = R[a, b]
 
 
 #: Columns of :func:`fit_jobs`'s job table: the addresses and sizes of a group's arrays

@@ -88,24 +88,68 @@ class Device:
         caller has checked the inputs' shapes and finiteness (rows it built from key bytes)."""
         if not checked:
             _validate(A, b, R_old, A_delta)
+
+        def train() -> tuple[np.ndarray, np.ndarray, int]:
+            if self.datapath is not None:
+                return (self.datapath.full(A, b) if kind == "full"
+                        else self.datapath.incremental(R_old, A_delta, A, b, r_resident))
+            from learnedidx.index.qr import solve_full, solve_incremental
+
+            R, x = solve_full(A, b) if kind == "full" else solve_incremental(R_old, A_delta, A, b)
+            return R, x, 0
+
+        return self._accounted(train)
+
+    def run_key_batch(self, keys: np.ndarray, offsets: np.ndarray, jobs: list[tuple], r_old: np.ndarray,
+                      ) -> tuple[np.ndarray, np.ndarray, float]:
+        """The ``cpu`` device's ``train.keys``: every job of a checked request (``(first
+        key, n, new keys, prefix, feat, incremental)`` each; ``r_old`` the incremental jobs'
+        factors in order) fitted from the key bytes, without feature matrices, in compiled
+        calls over the cores (:func:`~learnedidx.index.fitting.fit_keyed_jobs`: the same
+        arithmetic as :meth:`run` on the jobs' rows, so the same numbers).  Returns the R's
+        and coefficients concatenated in the jobs' order, and the host seconds."""
+        from learnedidx.index import fitting as F
+        from learnedidx.index import parallel
+
+        table = np.zeros((len(jobs), F.K_COLS), np.int64)
+        r_at = ro = co = 0
+        for t, (at, n, new, prefix, feat, incremental) in enumerate(jobs):
+            w = feat + 1
+            table[t] = (at, n, new, prefix, feat, incremental, r_at, ro, co)
+            r_at += w * w if incremental else 0
+            ro += w * w
+            co += w
+        if r_at != len(r_old):
+            raise BadRequestError(f"'R_old' must hold the {r_at} entries of the incremental jobs' factors")
+        R, coef = np.zeros(ro), np.zeros(co)
+        seconds: list[float] = []
+
+        def part(j0: int, j1: int) -> None:
+            def train() -> tuple[np.ndarray, np.ndarray, int]:
+                F.fit_keyed_jobs(keys, offsets, table, r_old, R, coef, j0, j1)
+                return R, coef, 0
+
+            seconds.append(self._accounted(train, j1 - j0)["host_seconds"])
+
+        # small slices, taken by whichever core is free: the jobs' costs differ (full or
+        # incremental, their sizes)
+        parallel.over_range(part, len(jobs), min(len(jobs), 8 * parallel.CORES))
+        return R, coef, sum(seconds)
+
+    def _accounted(self, train, jobs: int = 1) -> dict:
+        """Run ``train`` (returning R, coef, cycles) in one of the device's slots, counted
+        as ``jobs`` jobs."""
         with self._lock:
             self._queued += 1
         with self._slots:
             with self._lock:
                 self._queued -= 1
             t0 = time.perf_counter()
-            if self.datapath is not None:
-                R, x, cycles = (self.datapath.full(A, b) if kind == "full"
-                                else self.datapath.incremental(R_old, A_delta, A, b, r_resident))
-            else:
-                from learnedidx.index.qr import solve_full, solve_incremental
-
-                R, x = solve_full(A, b) if kind == "full" else solve_incremental(R_old, A_delta, A, b)
-                cycles = 0
+            R, x, cycles = train()
             dt = time.perf_counter() - t0
         modelled = cycles / (self.config.clock_mhz * 1e6)
         with self._lock:
-            self._stats["jobs"] += 1
+            self._stats["jobs"] += jobs
             self._stats["busy_seconds"] += dt
             self._stats["modelled_cycles"] += cycles
             self._stats["modelled_seconds"] += modelled
@@ -118,10 +162,15 @@ class Device:
             R = self.datapath.full(A, b)[0]
             self.datapath.incremental(R, A, A, b)
         else:
+            from learnedidx.index.fitting import fit_keyed_jobs
             from learnedidx.index.qr import solve_full, solve_incremental
 
             R = solve_full(A, b)[0]
             solve_incremental(R, A, A, b)
+            keys = np.frombuffer(bytearray(b"abcd"), np.uint8)  # writable, as a request's arrays are
+            offsets = np.arange(5, dtype=np.int64)
+            table = np.array([[0, 2, 0, 0, 1, 0, 0, 0, 0], [2, 1, 1, 0, 1, 1, 0, 4, 2]], np.int64)  # full, incremental
+            fit_keyed_jobs(keys, offsets, table, np.eye(2).reshape(-1), np.zeros(8), np.zeros(4), 0, 2)
 
     def stats(self) -> dict:
         with self._lock:

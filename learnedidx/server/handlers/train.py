@@ -127,8 +127,8 @@ def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> li
 
 
 def _train_key_job(device, keys: np.ndarray, offsets: np.ndarray, job: tuple, R_old: np.ndarray | None) -> dict:
-    """One job of a ``train.keys`` request: its feature rows built from its keys, then
-    trained on the device."""
+    """One job of a ``train.keys`` request on the emulated FPGA: its feature rows built
+    from its keys, then trained on the device."""
     at, n, new, prefix, feat, _ = job
     A, b, A_delta = KeysJob(keys, offsets[at:at + n + 1], prefix, feat, R_old, keys,
                             offsets[at + n:at + n + new + 1]).rows()
@@ -137,21 +137,25 @@ def _train_key_job(device, keys: np.ndarray, offsets: np.ndarray, job: tuple, R_
     return device.run("incremental", A, b, R_old, A_delta, checked=True)
 
 
-#: Threads that build and train the jobs of train.keys requests: rows are built while the
-#: device trains (the kernels release the GIL); the device's own slots bound its jobs.
+#: Threads that build and train the jobs of train.keys requests on the emulated FPGA: rows
+#: are built while the device trains (the kernels release the GIL); its slots bound its jobs.
 _POOL = ThreadPoolExecutor(max(2, os.cpu_count() or 1), thread_name_prefix="learnedidx-train")
 
 
 @handler("train.keys")
 def train_keys(args, arrays, ctx):
     """Many groups' retrains in one request: each job names its keys in ``keys``/``offsets``
-    (the group's n keys, then its new keys), its prefix and feature length; the device
-    trains them from feature rows built here.  Results in the jobs' order, concatenated:
+    (the group's n keys, then its new keys), its prefix and feature length; the cpu device
+    fits them from the key bytes, the emulated FPGA trains feature rows built here (the same
+    rows, and for cpu the same numbers).  Results in the jobs' order, concatenated:
     ``R`` (each job's (feat+1)² entries) and ``coef`` (feat+1 each); ``cycles`` per job."""
     device = ctx.server.device
     jobs = _key_jobs(args, arrays, device.max_features, ctx.server.config.max_array_bytes)
     keys, offsets = arrays["keys"], arrays["offsets"]
     r_old = _f64(arrays, "R_old") if "R_old" in arrays else np.zeros(0)
+    if device.datapath is None:  # cpu: from the key bytes, in compiled calls over the cores
+        R, coef, seconds = device.run_key_batch(keys, offsets, jobs, r_old)
+        return ({"cycles": [0] * len(jobs), "device_seconds": 0.0, "host_seconds": seconds}, {"R": R, "coef": coef})
     olds, r_at = [], 0
     for job in jobs:
         w = job[4] + 1
