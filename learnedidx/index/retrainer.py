@@ -443,6 +443,7 @@ class RetrainQueue:
         return contextlib.nullcontext() if locked else self.lock
 
     def _take(self, gs: list[int], locked: bool) -> list[Job]:
+        """The retrain jobs of groups ``gs`` (those still there), taken under the writer lock."""
         with self._held(locked):
             return [job for g in gs if (job := take_job(self.live, g)) is not None]
 
@@ -457,6 +458,7 @@ class RetrainQueue:
         return fits
 
     def _publish(self, jobs: list[Job], fits: list[Fit], locked: bool) -> None:
+        """Install the fits, each under the writer lock, and take their keys off the backlog."""
         done = 0
         for job, f in zip(jobs, fits):
             with self._held(locked):
