@@ -165,9 +165,13 @@ class Retrainer:
         return np.asarray(res.R, np.float64), coef
 
     def _answered(self, retried: bool) -> None:
-        if retried:
-            log.warning("training backend %s answers again; offloading training to it", self.name)
+        if not retried:
+            return
+        with self._lock:  # batches in flight together retried together: one message
+            first = self.failed
             self.failed = False
+        if first:
+            log.warning("training backend %s answers again; offloading training to it", self.name)
 
     def _failed(self, exc: Exception) -> None:
         """The trainer raised ``exc``: raised again unless it is an offload failure, which

@@ -3,13 +3,15 @@ several batches in flight: it must publish exactly what one batch at a time publ
 a batch that fails must leave every group it had not published due."""
 from __future__ import annotations
 
+import logging
+import threading
 import time
 
 import numpy as np
 import pytest
 
 import learnedidx
-from learnedidx.errors import LearnedIdxError
+from learnedidx.errors import LearnedIdxError, ServerUnavailableError
 from learnedidx.index import parallel
 from learnedidx.index import retrainer as RT
 from learnedidx.index.qr import CpuBackend
@@ -155,4 +157,43 @@ def test_writes_during_a_drain_never_put_a_group_in_two_batches_in_flight(monkey
         s = db.stats()
         groups = db._live.groups
         assert s["backlog"] == 0 == sum(grp.untrained for grp in groups)
+        assert db.get_many(list(ref)) == [ref[k] for k in ref]
+
+
+def test_batches_in_flight_when_the_trainer_answers_again_log_it_once(monkeypatch, caplog):
+    """After a failure, the batches in flight together each try the trainer again; when it
+    answers, the store says so once, as it says once that it failed."""
+    trainer = _Batches()
+    train = trainer.train_keys
+    both = threading.Barrier(2, timeout=10)
+    state = {"down": True, "meet": False}
+
+    def train_keys(jobs):
+        if state["down"]:
+            raise ServerUnavailableError("down")
+        if state["meet"]:
+            try:
+                both.wait()  # both batches have decided to try the trainer again
+            except threading.BrokenBarrierError:
+                pass
+        return train(jobs)
+
+    trainer.train_keys = train_keys
+    register_backend(_Batches.name, lambda: trainer)
+    monkeypatch.setattr(parallel, "CORES", 2)
+    db, ref = _loaded(_Batches.name)
+    with db:
+        db._retrainer.retry = 0.05
+        db.retrain_now()  # fails over: trained in-process
+        assert db.stats()["trainer_failed"] is True
+        for k in _keys()[1::4]:  # new keys in every group: all due again
+            db.put(k + b"+", b"y")
+            ref[k + b"+"] = b"y"
+        time.sleep(0.1)
+        state["down"], state["meet"] = False, True
+        with caplog.at_level(logging.WARNING, logger="learnedidx.index.retrainer"):
+            db.retrain_now()
+        assert db.stats()["trainer_failed"] is False
+        again = [r for r in caplog.records if "answers again" in r.getMessage()]
+        assert len(again) == 1
         assert db.get_many(list(ref)) == [ref[k] for k in ref]
