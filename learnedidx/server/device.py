@@ -119,8 +119,6 @@ class Device:
             r_at += w * w if incremental else 0
             ro += w * w
             co += w
-        if r_at != len(r_old):
-            raise BadRequestError(f"'R_old' must hold the {r_at} entries of the incremental jobs' factors")
         R, coef = np.zeros(ro), np.zeros(co)
         seconds: list[float] = []
 
