@@ -54,7 +54,7 @@ def run_driver(adapter: SIndexAdapter, path: str, mode: str) -> list[Report]:
         if r["variant"] != VARIANTS[adapter.fix_exited] or r["mode"] != mode:
             raise WorkloadError(f"the SIndex driver ran {r['variant']}/{r['mode']}, not {VARIANTS[adapter.fix_exited]}/{mode}")
         rep = Report(adapter.name, r["phase"], mode, runtime_ms=r["runtime_ns"] / 1e6, operations=r["operations"],
-                     digest=r["digest"])
+                     digest=r["digest"], finish_ms=r.get("finish_ns", 0) / 1e6)
         for name, pairs in sorted(r["latency_us"].items()):
             h = rep.hist[name] = latency_histogram()
             for us, count in pairs:

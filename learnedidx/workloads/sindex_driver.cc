@@ -8,12 +8,16 @@
 // Read results are folded into the same CRC-32 digest as learnedidx's runner computes, so
 // they can be compared with every other peer's.
 //
-//   sindex_driver [--mode per-op|batch] [--fix-exited] STREAM_FILE
+//   sindex_driver [--mode per-op|batch] [--fix-exited] [--check] STREAM_FILE
 //   sindex_driver --version
 //
 // --fix-exited clears SIndex's config.exited after construction.  As released, exited
 // starts true and is never cleared, so rcu_barrier() never waits for the worker and the
 // background compaction can free buffers the worker still reads.
+//
+// A run is timed until SIndex has compacted what its background thread deferred (see
+// finish()), as learnedidx is timed until it has folded its buffers in.  --check then
+// reads every key back, off the clock (see check_finished(); the tests use it).
 //
 // Build and use: docs/workloads.md, "The sindex peer".
 
@@ -28,6 +32,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <iostream>
 #include <limits>
 #include <map>
@@ -44,7 +49,7 @@
 namespace {
 
 const char kMagic[8] = {'L', 'I', 'D', 'X', 'O', 'P', 'S', '1'};
-const int kFormat = 1;  // learnedidx.workloads.streamfile.FORMAT
+const int kFormat = 2;  // learnedidx.workloads.streamfile.FORMAT
 enum Op : uint8_t { READ = 0, UPDATE = 1, INSERT = 2, SCAN = 3, RMW = 4, DELETE = 5 };
 const char *const kOpNames[] = {"READ", "UPDATE", "INSERT", "SCAN", "READ-MODIFY-WRITE", "DELETE"};
 const size_t kSlots[] = {16, 24, 32, 48, 64, 128, 256};
@@ -288,6 +293,7 @@ struct Latencies {
 struct Options {
   std::string mode = "per-op";
   bool fix_exited = false;
+  bool check = false;
   const char *path = nullptr;
 };
 
@@ -313,6 +319,161 @@ void print_report(const Options &o, size_t slot, const char *phase, size_t opera
   }
   std::printf("}}\n");
   std::fflush(stdout);
+}
+
+// ---------------------------------------------------------------- finishing a run
+//
+// A run is timed until the peer has done the work it deferred (runner.execute's finish):
+// learnedidx folds every insert buffer in and retrains every due group before its clock
+// stops.  SIndex defers the same work to its background thread, whose compaction rounds
+// come about a second apart, so the inserts its last round did not reach are still in
+// the groups' buffers when the run ends.  finish() charges SIndex for that work:
+//
+// 1. It stops the background thread and waits for it to end.  Its master thread always
+//    has a round started or about to start, and lets it run to the end first; that round
+//    is deferred work done after the run, so the CPU time the process spends meanwhile is
+//    charged (the worker is blocked in the wait, so that is the background's; the wait's
+//    wall time, mostly the thread's one-second sleeps, is not).
+// 2. Then it does on the clock what SIndex's next round would: every group whose buffer
+//    holds more than config.buffer_compact_threshold records is compacted (merged into
+//    the array, models retrained) through SIndex's own compact_phase_1/compact_phase_2.
+//
+// The members this needs are private.  An explicit instantiation may name private
+// members (C++ [temp.explicit]: access checking does not apply to the names in it), so
+// each is reached through a pointer to member set up by one, without editing SIndex.
+
+template <class Tag>
+struct Exposed {
+  static typename Tag::type member;
+};
+template <class Tag>
+typename Tag::type Exposed<Tag>::member;
+
+template <class Tag, typename Tag::type Member>
+struct Expose {
+  struct Setter {
+    Setter() { Exposed<Tag>::member = Member; }
+  };
+  static Setter setter;
+};
+template <class Tag, typename Tag::type Member>
+typename Expose<Tag, Member>::Setter Expose<Tag, Member>::setter;
+
+template <class Class, class Type, int Which>
+struct Field {
+  typedef Type Class::*type;
+};
+
+template <size_t L>
+using IndexOf = sindex::SIndex<SlotKey<L>, uint64_t>;
+template <size_t L>
+using RootOf = sindex::Root<SlotKey<L>, uint64_t, false>;
+template <size_t L>
+using GroupOf = sindex::Group<SlotKey<L>, uint64_t, false>;
+template <size_t L>
+using Slots = std::unique_ptr<std::pair<SlotKey<L>, GroupOf<L> *volatile>[]>;
+
+template <size_t L>
+struct Private {
+  typedef Field<IndexOf<L>, RootOf<L> *volatile, 0> root;
+  typedef Field<IndexOf<L>, volatile bool, 1> bg_running;
+  typedef Field<IndexOf<L>, pthread_t, 2> bg_master;
+  typedef Field<RootOf<L>, Slots<L>, 3> groups;
+  typedef Field<RootOf<L>, uint32_t, 4> group_n;
+  typedef Field<GroupOf<L>, GroupOf<L> *, 5> next;
+  typedef Field<GroupOf<L>, sindex::AltBtreeBuffer<SlotKey<L>, uint64_t> *, 6> buffer;
+};
+
+#define EXPOSE_SINDEX(L)                                                                        \
+  template struct Expose<Private<L>::root, &IndexOf<L>::root>;                                  \
+  template struct Expose<Private<L>::bg_running, &IndexOf<L>::bg_running>;                      \
+  template struct Expose<Private<L>::bg_master, &IndexOf<L>::bg_master>;                        \
+  template struct Expose<Private<L>::groups, &RootOf<L>::groups>;                               \
+  template struct Expose<Private<L>::group_n, &RootOf<L>::group_n>;                             \
+  template struct Expose<Private<L>::next, &GroupOf<L>::next>;                                  \
+  template struct Expose<Private<L>::buffer, &GroupOf<L>::buffer>;
+EXPOSE_SINDEX(16)
+EXPOSE_SINDEX(24)
+EXPOSE_SINDEX(32)
+EXPOSE_SINDEX(48)
+EXPOSE_SINDEX(64)
+EXPOSE_SINDEX(128)
+EXPOSE_SINDEX(256)
+#undef EXPOSE_SINDEX
+
+template <class Tag, class Object>
+auto &field(Object &o) {
+  return o.*Exposed<Tag>::member;
+}
+
+int64_t cpu_ns() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return int64_t(t.tv_sec) * 1000000000 + t.tv_nsec;
+}
+
+struct Finish {
+  int64_t background_cpu_ns = 0;  // the background's last round, after the run
+  int64_t sweep_ns = 0;           // compacting what that round left
+  size_t groups = 0, compacted = 0;
+  int64_t ns() const { return background_cpu_ns + sweep_ns; }
+};
+
+// Stops SIndex's background thread, then compacts every group its next round would.
+template <size_t L>
+Finish finish(IndexOf<L> &index) {
+  typedef Private<L> P;
+  Finish f;
+  sindex::config.exited = true;  // the background's barriers stop waiting for the (idle) worker
+  int64_t c0 = cpu_ns();
+  field<typename P::bg_running>(index) = false;
+  pthread_join(field<typename P::bg_master>(index), nullptr);
+  f.background_cpu_ns = cpu_ns() - c0;
+  int64_t t0 = now_ns();
+  RootOf<L> &root = *field<typename P::root>(index);
+  for (uint32_t i = 0; i < field<typename P::group_n>(root); i++) {
+    GroupOf<L> *volatile *slot = &field<typename P::groups>(root)[i].second;
+    while (*slot != nullptr) {  // the group and the ones chained after it, as a round walks them
+      GroupOf<L> *old = *slot;
+      f.groups++;
+      if (field<typename P::buffer>(*old)->size() > sindex::config.buffer_compact_threshold) {
+        GroupOf<L> *fresh = old->compact_phase_1();
+        *slot = fresh;
+        fresh->compact_phase_2();
+        old->free_data();
+        old->free_buffer();
+        delete old;
+        f.compacted++;
+      }
+      slot = &field<typename P::next>(**slot);
+    }
+  }
+  f.sweep_ns = now_ns() - t0;
+  return f;
+}
+
+// --check: after the finish, every key holds its last write and a deleted key none, as
+// SIndex's own get reads them (off the clock): finishing left the index whole.  Returns
+// how many keys it checked; a wrong one ends the program.
+template <size_t L>
+size_t check_finished(IndexOf<L> &index, const Stream &s, const std::vector<SlotKey<L>> &run_keys) {
+  std::unordered_map<std::string, uint64_t> last;
+  auto name = [](const SlotKey<L> &k) { return std::string(reinterpret_cast<const char *>(k.buf), L); };
+  for (size_t i = 0; i < s.load_keys.size(); i++) {
+    last[name(SlotKey<L>(s.load_keys.at(i), s.load_keys.len(i)))] = s.load_vals[i];
+  }
+  for (size_t i = 0; i < run_keys.size(); i++) {
+    int op = s.ops[i];
+    if (op == UPDATE || op == INSERT || op == RMW) last[name(run_keys[i])] = s.args[i];
+    if (op == DELETE) last[name(run_keys[i])] = kNoValue;
+  }
+  for (const auto &kv : last) {
+    SlotKey<L> k(reinterpret_cast<const uint8_t *>(kv.first.data()), L);
+    uint64_t v = kNoValue;
+    if (!index.get(k, v, 0)) v = kNoValue;
+    if (v != kv.second) fail("--check: a key does not hold its last write after the finish");
+  }
+  return last.size();
 }
 
 // ---------------------------------------------------------------- the phases
@@ -467,7 +628,14 @@ int run(const Stream &s, const Options &o) {
     }
     elapsed = now_ns() - start - digest_ns;
   }
-  print_report(o, L, "run", n, elapsed, digest.value(), lat, "");
+  // The clock runs on through the work SIndex deferred (see finish()).
+  Finish f = finish<L>(*index);
+  std::string extra = ", \"finish_ns\": " + std::to_string(f.ns()) + ", \"finish_background_cpu_ns\": " +
+                      std::to_string(f.background_cpu_ns) + ", \"finish_sweep_ns\": " + std::to_string(f.sweep_ns) +
+                      ", \"compacted_groups\": " + std::to_string(f.compacted) + ", \"groups\": " +
+                      std::to_string(f.groups);
+  if (o.check) extra += ", \"checked_keys\": " + std::to_string(check_finished<L>(*index, s, run_keys));
+  print_report(o, L, "run", n, elapsed + f.ns(), digest.value(), lat, extra);
   // No destructor: SIndex's does not join its background threads, which still read the
   // index; leaving through _exit ends them with the process.
   std::fflush(stdout);
@@ -485,18 +653,20 @@ int main(int argc, char **argv) {
       return 0;
     } else if (a == "--fix-exited") {
       o.fix_exited = true;
+    } else if (a == "--check") {
+      o.check = true;
     } else if (a == "--mode" && i + 1 < argc) {
       o.mode = argv[++i];
       if (o.mode != "per-op" && o.mode != "batch") fail("--mode takes per-op or batch");
     } else if (!a.empty() && a[0] == '-') {
-      fail("unknown option " + a + "; usage: sindex_driver [--mode per-op|batch] [--fix-exited] STREAM_FILE");
+      fail("unknown option " + a + "; usage: sindex_driver [--mode per-op|batch] [--fix-exited] [--check] STREAM_FILE");
     } else if (o.path == nullptr) {
       o.path = argv[i];
     } else {
       fail("one stream file only");
     }
   }
-  if (o.path == nullptr) fail("usage: sindex_driver [--mode per-op|batch] [--fix-exited] STREAM_FILE");
+  if (o.path == nullptr) fail("usage: sindex_driver [--mode per-op|batch] [--fix-exited] [--check] STREAM_FILE");
   Stream s;
   read_stream(o.path, s);
   switch (choose_slot(s)) {

@@ -29,7 +29,9 @@ from learnedidx.errors import WorkloadError
 from learnedidx.workloads.spec import INSERT, RMW, SCAN, UPDATE, OpStream
 
 MAGIC = b"LIDXOPS1"
-FORMAT = 1  # printed by ``sindex_driver --version``
+# The driver's protocol, printed by ``sindex_driver --version``: this file's layout and the
+# reports it prints (2: a run's report carries the time it spent finishing deferred work).
+FORMAT = 2
 MAX_KEY = 0xFFFF
 _WRITES = (UPDATE, INSERT, RMW)
 

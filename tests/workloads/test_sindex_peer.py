@@ -5,8 +5,10 @@ named by ``$LEARNEDIDX_SINDEX_DRIVER``; they are skipped otherwise.  The others 
 the peer is found, skipped and reported, with small stand-in programs."""
 from __future__ import annotations
 
+import json
 import os
 import stat
+import subprocess
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ from typer.testing import CliRunner
 
 from learnedidx.cli import app
 from learnedidx.errors import WorkloadError
+from learnedidx.workloads import streamfile
 from learnedidx.workloads.cli import run_peers, ycsb_streams
 from learnedidx.workloads.peers import SINDEX_DRIVER_ENV, available_peers, get_adapter
 from learnedidx.workloads.sindex import batches, run_driver, run_whole_streams, write_stream_file
@@ -39,7 +42,7 @@ def test_not_built_is_skipped_with_how_to_build_it(monkeypatch, tmp_path):
     assert ok == [] and set(skipped) == {"sindex", "sindex-fixed"}
     assert "docs/workloads.md" in skipped["sindex"] and SINDEX_DRIVER_ENV in skipped["sindex"]
     for path, why in ((str(tmp_path / "missing"), "not an executable file"),
-                      (_program(tmp_path, "other", "echo something-else 1"), "not a SIndex driver for stream format 1"),
+                      (_program(tmp_path, "other", "echo something-else 1"), f"not a SIndex driver for stream format {streamfile.FORMAT}"),
                       (_program(tmp_path, "old", "echo learnedidx-sindex-driver 0"), "not a SIndex driver")):
         monkeypatch.setenv(SINDEX_DRIVER_ENV, path)
         assert why in available_peers(["sindex"], whole_streams=True)[1]["sindex"]
@@ -51,7 +54,7 @@ def test_not_built_is_skipped_with_how_to_build_it(monkeypatch, tmp_path):
 
 
 def test_only_whole_stream_callers_get_it(monkeypatch, tmp_path):
-    monkeypatch.setenv(SINDEX_DRIVER_ENV, _program(tmp_path, "stub", "echo learnedidx-sindex-driver 1"))
+    monkeypatch.setenv(SINDEX_DRIVER_ENV, _program(tmp_path, "stub", f"echo learnedidx-sindex-driver {streamfile.FORMAT}"))
     assert available_peers(["sindex"], whole_streams=True)[0] == ["sindex"]
     ok, skipped = available_peers(["sindex", "sorteddict"])
     assert ok == ["sorteddict"] and "only learnedidx bench compare drives it" in skipped["sindex"]
@@ -69,7 +72,7 @@ def test_a_failing_driver_is_reported_and_its_run_skipped(monkeypatch, tmp_path)
     for body, why in (("echo 'sindex_driver: a key ends in a NUL byte' >&2; exit 2", "a key ends in a NUL byte"),
                       ("kill -SEGV $$", "killed by signal 11"),
                       ('echo \'{"variant": "exited-fix", "mode": "batch"}\'', "ran exited-fix/batch, not released/batch")):
-        stub = _program(tmp_path, "stub", f'[ "$1" = --version ] && {{ echo learnedidx-sindex-driver 1; exit 0; }}\n{body}')
+        stub = _program(tmp_path, "stub", f'[ "$1" = --version ] && {{ echo learnedidx-sindex-driver {streamfile.FORMAT}; exit 0; }}\n{body}')
         monkeypatch.setenv(SINDEX_DRIVER_ENV, stub)
         warnings: list[str] = []
         assert run_whole_streams(load, run, ["sindex"], ["batch"], warn=warnings.append) == []
@@ -184,3 +187,38 @@ def test_bench_compare_with_sindex(tmp_path):
     head = [c.strip() for c in table[2].strip("|").split("|")]
     assert head[2:5] == ["learnedidx", "sindex", "sindex-fixed"]
     assert all(float(c.replace(",", "")) > 0 for line in table[4:] for c in line.strip("|").split("|")[2:5])
+
+
+def _driver_reports(path: str, *args: str) -> dict:
+    out = subprocess.run([DRIVER, *args, path], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}).stdout
+    return {r["phase"]: r for r in map(json.loads, out.splitlines())}
+
+
+@needs_driver
+@pytest.mark.parametrize("mode", ["per-op", "batch"])
+def test_sindex_is_timed_until_its_deferred_compaction_is_done(tmp_path, mode):
+    """SIndex leaves inserts in its groups' buffers for a background round about a second
+    away; the driver charges it the compaction that the run left (equal work with learnedidx,
+    whose clock runs until its buffers are folded in), and the index is whole afterwards."""
+    load, run = ycsb_streams("RI", 20000, 20000, {}, None, 5)
+    f = tmp_path / "ri.ops"
+    write_stream_file(str(f), load, run)
+    r = _driver_reports(str(f), "--mode", mode, "--check")["run"]
+    assert r["finish_ns"] == r["finish_background_cpu_ns"] + r["finish_sweep_ns"] and r["finish_ns"] < r["runtime_ns"]
+    # about 10,000 inserts into 50 groups: every group's buffer is past the threshold of 8,
+    # so compacting them is real work (a round over empty buffers takes microseconds)
+    assert r["groups"] >= 50 and r["finish_background_cpu_ns"] + r["finish_sweep_ns"] > 1_000_000, r
+    distinct = len(set(load.keys) | {k for k, o in zip(run.keys, run.ops.tolist()) if o == INSERT})
+    assert r["checked_keys"] == distinct
+    rep = run_driver(get_adapter("sindex"), str(f), mode)[1]
+    assert 0 < rep.finish_ms < rep.runtime_ms
+
+
+@needs_driver
+def test_a_read_only_run_leaves_sindex_nothing_to_compact(tmp_path):
+    load, run = ycsb_streams("C", 20000, 20000, {}, None, 5)
+    f = tmp_path / "c.ops"
+    write_stream_file(str(f), load, run)
+    r = _driver_reports(str(f), "--mode", "batch", "--check")["run"]
+    assert r["compacted_groups"] == 0 and r["checked_keys"] == len(set(load.keys))
