@@ -7,7 +7,7 @@ import numpy as np
 
 from learnedidx.accel.config import DeviceConfig
 from learnedidx.accel.fpga import FpgaDatapath
-from learnedidx.index.training import TrainResult
+from learnedidx.index.training import KeysJob, TrainResult
 
 
 class FpgaEmuBackend:
@@ -34,3 +34,13 @@ class FpgaEmuBackend:
     def train_incremental(self, R_old, A_delta, A, b) -> TrainResult:
         t0 = time.perf_counter()
         return self._result(t0, *self.datapath.incremental(R_old, A_delta, A, b))
+
+    def train_keys(self, jobs: list[KeysJob]) -> list[TrainResult]:
+        """Many groups' retrains, each given by its keys: its feature rows built and trained
+        in one compiled call that releases the GIL (:meth:`FpgaDatapath.keys`), so that a
+        store's drain trains batches on every core."""
+        out = []
+        for job in jobs:
+            t0 = time.perf_counter()
+            out.append(self._result(t0, *self.datapath.keys(job)))
+        return out

@@ -23,7 +23,9 @@ from numba import njit
 
 from learnedidx.accel.config import DeviceConfig
 from learnedidx.errors import ConfigError
+from learnedidx.index.kernels import build_features
 from learnedidx.index.qr import back_substitute, forward_substitute_t
+from learnedidx.index.training import KeysJob
 
 #: Tikhonov rows included once in every full factorization: column j gets a row with
 #: ``RIDGE * ||A_j||`` (1.0 for an all-zero column).  Degenerate key columns (padding, bytes
@@ -235,13 +237,69 @@ def _fill_t(Wt, A, b, has_b, ridge):
             Wt[j, N + j] = ridge * norm if norm > 0 else 1.0
 
 
+@njit(cache=True, nogil=True)
+def _augmented_t_of(A, b, has_b, ridge, probe):
+    """:func:`_augmented_t` of float64 ``A``/``b``, in ``probe``'s dtype."""
+    N, n = A.shape
+    Wt = np.zeros((n + (1 if has_b else 0), N + (n if ridge > 0 else 0)), probe.dtype)
+    _fill_t(Wt, A, b, has_b, ridge)
+    return Wt
+
+
 def _augmented_t(A: np.ndarray, b: np.ndarray | None, ridge: float, dtype) -> np.ndarray:
     """[A b; diag(ridge·||A_j||) 0] transposed, in the device precision."""
-    N, n = A.shape
-    Wt = np.zeros((n + (b is not None), N + (n if ridge > 0 else 0)), dtype)
-    _fill_t(Wt, np.ascontiguousarray(A, np.float64), np.ascontiguousarray(b if b is not None else A[:0, 0], np.float64),
-            b is not None, float(ridge))
-    return Wt
+    return _augmented_t_of(np.ascontiguousarray(A, np.float64),
+                           np.ascontiguousarray(b if b is not None else A[:0, 0], np.float64), b is not None,
+                           float(ridge), np.zeros(0, dtype))
+
+
+@njit(cache=True, nogil=True)
+def emulate_full(A, b, blocks, width, ridge, probe):
+    """(R, coef) in float64 of the device's full training of float64 ``A``/``b``, in
+    ``probe``'s dtype: TSQR of the ridge-augmented [A b], then back-substitution."""
+    n = A.shape[1]
+    Raug = tsqr(_augmented_t_of(A, b, True, ridge, probe), blocks, width)
+    R = Raug[:n, :n]
+    x = back_substitute(R, np.ascontiguousarray(Raug[:n, n]))
+    return R.astype(np.float64), x.astype(np.float64)
+
+
+@njit(cache=True, nogil=True)
+def emulate_incremental(R_old, A_delta, A, b, blocks, width, probe):
+    """(R, coef) in float64 of SIA's memoized retrain on the device (float64 inputs, in
+    ``probe``'s dtype): TSQR of the delta rows, [R_old; R_Δ] re-factored, Aᵀb by the dot
+    trees, then RᵀR x = Aᵀb by two triangular solves."""
+    n = A.shape[1]
+    one = probe.dtype.type(1.0)
+    if A_delta.shape[0]:
+        Rd = tsqr(_augmented_t_of(A_delta, A_delta[:0, 0], False, 0.0, probe), blocks, width)
+        W = np.zeros((n, 2 * n), probe.dtype)
+        W[:, :n] = R_old.astype(probe.dtype).T
+        W[:, n:] = Rd.T
+        R = householder_unit(W, width)
+    else:
+        R = R_old.astype(probe.dtype)
+    atb = tree_dots(A, b, width, one)
+    x = back_substitute(R, forward_substitute_t(R, atb))
+    return R.astype(np.float64), x.astype(np.float64)
+
+
+@njit(cache=True, nogil=True)
+def emulate_keys(arena, offsets, n, prefix, feat, R_old, incremental, new_arena, new_offsets, blocks, width, ridge,
+                 probe):
+    """:func:`emulate_full` or :func:`emulate_incremental` of a group given by its keys (a
+    :class:`~learnedidx.index.training.KeysJob`: the feature rows are built here), in one
+    call that releases the GIL."""
+    A = build_features(arena, offsets, 0, n, prefix, feat)
+    b = np.arange(n).astype(np.float64)
+    if not incremental:
+        return emulate_full(A, b, blocks, width, ridge, probe)
+    A_delta = build_features(new_arena, new_offsets, 0, new_offsets.shape[0] - 1, prefix, feat)
+    return emulate_incremental(R_old, A_delta, A, b, blocks, width, probe)
+
+
+_NO_R = np.zeros((0, 0))
+_NO_KEYS = (np.zeros(0, np.uint8), np.zeros(1, np.int64))
 
 
 class FpgaDatapath:
@@ -251,6 +309,7 @@ class FpgaDatapath:
         self.cfg = config or DeviceConfig()
         self.dtype = np.float32 if self.cfg.precision == "fp32" else np.float64
         self.ridge = RIDGE_FP32 if self.cfg.precision == "fp32" else RIDGE_FP64
+        self._probe = np.zeros(0, self.dtype)
 
     @property
     def blocks(self) -> int:
@@ -264,11 +323,9 @@ class FpgaDatapath:
         """(R, coef, cycles) of the least-squares fit, computed as the device does."""
         N, n = A.shape
         self.check(n)
-        Wt = _augmented_t(A, b, self.ridge, self.dtype)
-        Raug = tsqr(Wt, self.blocks, self.cfg.dot_width)
-        R = Raug[:n, :n]
-        x = back_substitute(R, np.ascontiguousarray(Raug[:n, n]))
-        return R.astype(np.float64), x.astype(np.float64), cycles_full(self.cfg, N, n)
+        R, x = emulate_full(np.ascontiguousarray(A, np.float64), np.ascontiguousarray(b, np.float64), self.blocks,
+                            self.cfg.dot_width, self.ridge, self._probe)
+        return R, x, cycles_full(self.cfg, N, n)
 
     def incremental(self, R_old: np.ndarray, A_delta: np.ndarray, A: np.ndarray, b: np.ndarray,
                     r_resident: bool = False) -> tuple[np.ndarray, np.ndarray, int]:
@@ -276,18 +333,23 @@ class FpgaDatapath:
         device memory (its transfer is not charged)."""
         N, n = A.shape
         self.check(n)
-        d = A_delta.shape[0]
-        W = np.zeros((n, 2 * n), self.dtype) if d else None
-        if d:
-            Rd = tsqr(_augmented_t(A_delta, None, 0.0, self.dtype), self.blocks, self.cfg.dot_width)
-            W[:, :n] = R_old.astype(self.dtype).T
-            W[:, n:] = Rd.T
-            R = householder_unit(np.ascontiguousarray(W), self.cfg.dot_width)
-        else:
-            R = R_old.astype(self.dtype)
-        atb = tree_dots(np.ascontiguousarray(A), np.ascontiguousarray(b), self.cfg.dot_width, self.dtype(1.0))
-        x = back_substitute(R, forward_substitute_t(R, atb))
-        return R.astype(np.float64), x.astype(np.float64), cycles_incremental(self.cfg, N, n, d, r_resident)
+        R, x = emulate_incremental(np.ascontiguousarray(R_old, np.float64), np.ascontiguousarray(A_delta, np.float64),
+                                   np.ascontiguousarray(A, np.float64), np.ascontiguousarray(b, np.float64),
+                                   self.blocks, self.cfg.dot_width, self._probe)
+        return R, x, cycles_incremental(self.cfg, N, n, A_delta.shape[0], r_resident)
+
+    def keys(self, job: KeysJob) -> tuple[np.ndarray, np.ndarray, int]:
+        """(R, coef, cycles) of a job given by its keys: :meth:`full` or :meth:`incremental`
+        of its feature rows (:meth:`KeysJob.rows`), which are built in the same compiled call."""
+        n, w = job.n, job.feat + 1
+        self.check(w)
+        incremental = job.R_old is not None
+        new_arena, new_offsets = (job.new_arena, job.new_offsets) if job.new else _NO_KEYS
+        R, x = emulate_keys(job.arena, job.offsets, n, job.prefix, job.feat,
+                            np.ascontiguousarray(job.R_old, np.float64) if incremental else _NO_R, incremental,
+                            new_arena, new_offsets, self.blocks, self.cfg.dot_width, self.ridge, self._probe)
+        cycles = cycles_incremental(self.cfg, n, w, job.new) if incremental else cycles_full(self.cfg, n, w)
+        return R, x, cycles
 
 
 # ---------------------------------------------------------------------- cycle model

@@ -381,6 +381,7 @@ class RetrainQueue:
         self._training = threading.Lock()  # one retrain at a time per store
         self._stop = False
         self._waiting = 0  # writers waiting for the backlog
+        self._draining = 0  # callers of drain(): the background thread yields to them
         self.stats = {"stalls": 0, "stall_seconds": 0.0}
         self._thread: threading.Thread | None = None
         if self.mode == "background":
@@ -480,14 +481,17 @@ class RetrainQueue:
                 if ripe:
                     self.ripe[g] = None
 
-    def _train_due(self, locked: bool, parts: int = 1, ripe: bool = False) -> None:
+    def _train_due(self, locked: bool, parts: int = 1, ripe: bool = False, yields: bool = False) -> None:
         """Train every due group (every ripe one), on up to ``parts`` cores; ``locked``: the
         caller holds the writer lock (which then serializes retrains: taking ``_training``
-        after it would invert the lock order of the unlocked retrains, which take it before)."""
+        after it would invert the lock order of the unlocked retrains, which take it before);
+        ``yields``: stop after the batch in hand when a drain is waiting to train on every
+        core (the background thread trains on one)."""
         with contextlib.nullcontext() if locked else self._training:
             if parts > 1 and self.retrainer.batched():
                 return self._train_pipelined(locked, parts, ripe)
-            while gs := self._pop(BATCH_GROUPS if self.retrainer.batched() or self.retrainer.in_process() else 1, ripe):
+            while not (yields and self._draining) and (
+                    gs := self._pop(BATCH_GROUPS if self.retrainer.batched() or self.retrainer.in_process() else 1, ripe)):
                 try:
                     self._publish(jobs := self._take(gs, locked), self._fit(jobs, parts), locked)
                 except BaseException:
@@ -526,7 +530,13 @@ class RetrainQueue:
     def drain(self, locked: bool = False) -> None:
         """Retrain every due group now, in the calling thread and on every core (the
         caller waits for it)."""
-        self._train_due(locked, parallel.CORES)
+        with self._cv:
+            self._draining += 1
+        try:
+            self._train_due(locked, parallel.CORES)
+        finally:
+            with self._cv:
+                self._draining -= 1
 
     def _run(self) -> None:
         while True:
@@ -536,7 +546,7 @@ class RetrainQueue:
                 if self._stop:
                     return
             try:
-                self._train_due(locked=False, ripe=True)
+                self._train_due(locked=False, ripe=True, yields=True)
             except Exception:  # keep serving; the group stays due and the next round retries
                 log.exception("background retrain failed")
                 time.sleep(self.opts.retrain_interval)

@@ -11,6 +11,7 @@ import numpy as np
 from learnedidx.accel.config import DeviceConfig
 from learnedidx.accel.fpga import FpgaDatapath
 from learnedidx.errors import BadRequestError, ConfigError
+from learnedidx.index.training import KeysJob
 
 #: Widest job (columns of A) the server's device accepts.
 MAX_COLUMNS = 1024
@@ -99,6 +100,12 @@ class Device:
             return R, x, 0
 
         return self._accounted(train)
+
+    def run_keys(self, job: KeysJob) -> dict:
+        """The emulated FPGA's training of one group given by its keys (a checked job of a
+        ``train.keys`` request): rows built and trained in one compiled call
+        (:meth:`FpgaDatapath.keys`); returns what :meth:`run` returns."""
+        return self._accounted(lambda: self.datapath.keys(job))
 
     def run_key_batch(self, keys: np.ndarray, offsets: np.ndarray, jobs: list[tuple], r_old: np.ndarray,
                       ) -> tuple[np.ndarray, np.ndarray, float]:

@@ -230,3 +230,39 @@ def test_store_trained_on_the_emulated_device_answers_like_cpu():
         probe = keys + [b"user-missing%d" % i for i in range(100)]
         assert fpga.get_many(probe) == cpu.get_many(probe)
         assert fpga.scan(keys[17], 50) == cpu.scan(keys[17], 50)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp64"])
+def test_a_job_given_by_its_keys_is_the_job_of_its_rows(precision):
+    """``FpgaDatapath.keys`` (rows built and trained in one compiled call) answers exactly,
+    to the bit, what the datapath answers for the job's feature rows (``KeysJob.rows``), and
+    ``full`` is the composition of the units the tests above pin down."""
+    from learnedidx.accel.fpga import tsqr
+    from learnedidx.index.qr import back_substitute
+    from learnedidx.index.training import KeysJob
+
+    rng = np.random.default_rng(5)
+    dp = FpgaDatapath(DeviceConfig(precision=precision))
+
+    def batch(n):
+        ks = sorted({b"pre%0*d" % (int(rng.integers(4, 12)), x) for x in rng.integers(0, 10 ** 12, n)})
+        pad = b"junk"  # the offsets need not start at 0
+        arena = np.frombuffer(pad + b"".join(ks), np.uint8)
+        return arena, np.cumsum([len(pad)] + [len(k) for k in ks]).astype(np.int64)
+
+    arena, offs = batch(3000)
+    full = KeysJob(arena, offs, 3, 9)
+    A, b, _ = full.rows()
+    R, x, cycles = dp.keys(full)
+    assert (R.tobytes(), x.tobytes(), cycles) == tuple(v.tobytes() if hasattr(v, "tobytes") else v
+                                                       for v in dp.full(A, b))
+    Raug = tsqr(_augmented_t(A, b, dp.ridge, dp.dtype), dp.blocks, dp.cfg.dot_width)
+    assert R.tobytes() == Raug[:10, :10].astype(np.float64).tobytes()
+    assert x.tobytes() == back_substitute(Raug[:10, :10], np.ascontiguousarray(Raug[:10, 10])).astype(np.float64).tobytes()
+    new_arena, new_offs = batch(400)
+    for job in (KeysJob(arena, offs, 3, 9, R, new_arena, new_offs), KeysJob(arena, offs, 3, 9, R)):
+        A, b, A_delta = job.rows()
+        got = dp.keys(job)
+        want = dp.incremental(R, A_delta, A, b)
+        assert got[0].tobytes() == want[0].tobytes() and got[1].tobytes() == want[1].tobytes() and got[2] == want[2]
+        assert np.allclose(A @ got[1], b, atol=len(b))  # and it is a fit

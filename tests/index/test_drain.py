@@ -197,3 +197,41 @@ def test_batches_in_flight_when_the_trainer_answers_again_log_it_once(monkeypatc
         again = [r for r in caplog.records if "answers again" in r.getMessage()]
         assert len(again) == 1
         assert db.get_many(list(ref)) == [ref[k] for k in ref]
+
+
+def test_a_drain_does_not_wait_for_the_background_thread_to_train_alone(monkeypatch):
+    """The background thread trains ripe groups a batch at a time on one core.  A drain
+    (``retrain_now``) takes over after the batch in hand, with batches in flight on every
+    core, rather than waiting for the thread to get through them all."""
+    trainer = _Batches()
+    train = trainer.train_keys
+    threads: list[str] = []
+
+    def train_keys(jobs):
+        threads.append(threading.current_thread().name)
+        time.sleep(0.03)  # a slow trainer: the thread has many batches to go when the drain starts
+        return train(jobs)
+
+    trainer.train_keys = train_keys
+    register_backend(_Batches.name, lambda: trainer)
+    monkeypatch.setattr(parallel, "CORES", 2)
+    keys = _keys()
+    ref = {k: k[:6] for k in keys[::2]}
+    with learnedidx.open(None, group_size=128, buffer_threshold=16, retrain="background", trainer=_Batches.name,
+                         max_backlog=1 << 24) as db:
+        db.put_many(list(ref), list(ref.values()))
+        db.retrain_now()
+        for k in keys[1::2]:  # every group doubles: all ripe
+            db.put(k, k[-6:])
+            ref[k] = k[-6:]
+        deadline = time.monotonic() + 10
+        while not threads and time.monotonic() < deadline:
+            time.sleep(0.005)
+        threads.clear()
+        assert db.stats()["due_groups"] > 4 * BATCH_GROUPS
+        db.retrain_now()
+        background = threads.count("learnedidx-retrainer")
+        assert background <= 2 and len(threads) - background >= 4, threads
+        s = db.stats()
+        assert s["due_groups"] == 0 and s["backlog"] == 0
+        assert db.get_many(list(ref)) == [ref[k] for k in ref]

@@ -56,8 +56,9 @@ def test_a_fresh_process_knows_every_backend_and_unknown_names_list_them():
     code = "from learnedidx.index.training import known_backends; import json; print(json.dumps(known_backends()))"
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True).stdout
     assert {"cpu", "fpga-emu", "server"} <= set(json.loads(out))
-    with pytest.raises(ConfigError, match="cpu, fpga-emu, server"):
+    with pytest.raises(ConfigError, match="known: cpu, fpga-emu, ") as info:  # (tests may register more)
         get_backend("fpga")
+    assert "server" in str(info.value)
     assert set(known_backends()) >= {"cpu", "fpga-emu", "server"}
     assert get_backend("fpga-emu", units=2).feature_limit() == 32
 

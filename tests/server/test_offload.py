@@ -152,7 +152,7 @@ def test_store_offloads_again_once_a_restarted_server_answers(tmp_path, caplog):
                 db.put(k, k)
             db.retrain_now()
             assert db.stats()["trainer_failed"] is True
-            proc = spawn(sock, backend="cpu")
+            proc = spawn(sock, backend="cpu", warm=True)  # its kernels compiled (a cold cache takes seconds)
             time.sleep(0.3)
             for k in keys[2000:]:
                 db.put(k, k)

@@ -127,18 +127,14 @@ def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> li
 
 
 def _train_key_job(device, keys: np.ndarray, offsets: np.ndarray, job: tuple, R_old: np.ndarray | None) -> dict:
-    """One job of a ``train.keys`` request on the emulated FPGA: its feature rows built
-    from its keys, then trained on the device."""
+    """One job of a ``train.keys`` request on the emulated FPGA."""
     at, n, new, prefix, feat, _ = job
-    A, b, A_delta = KeysJob(keys, offsets[at:at + n + 1], prefix, feat, R_old, keys,
-                            offsets[at + n:at + n + new + 1]).rows()
-    if A_delta is None:
-        return device.run("full", A, b, checked=True)
-    return device.run("incremental", A, b, R_old, A_delta, checked=True)
+    return device.run_keys(KeysJob(keys, offsets[at:at + n + 1], prefix, feat, R_old, keys,
+                                   offsets[at + n:at + n + new + 1]))
 
 
-#: Threads that build and train the jobs of train.keys requests on the emulated FPGA: rows
-#: are built while the device trains (the kernels release the GIL); its slots bound its jobs.
+#: Threads that train the jobs of train.keys requests on the emulated FPGA (each job one
+#: compiled call that releases the GIL); the device's slots bound its jobs.
 _POOL = ThreadPoolExecutor(max(2, os.cpu_count() or 1), thread_name_prefix="learnedidx-train")
 
 
