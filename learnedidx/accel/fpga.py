@@ -22,7 +22,7 @@ import numpy as np
 from numba import njit
 
 from learnedidx.accel.config import DeviceConfig
-from learnedidx.errors import ConfigError
+from learnedidx.errors import ConfigError, LearnedIdxError
 from learnedidx.index.kernels import build_features
 from learnedidx.index.qr import back_substitute, forward_substitute_t
 from learnedidx.index.training import KeysJob
@@ -345,6 +345,12 @@ class FpgaDatapath:
         self.check(w)
         incremental = job.R_old is not None
         new_arena, new_offsets = (job.new_arena, job.new_offsets) if job.new else _NO_KEYS
+        # The compiled call reads by index without bounds checks.
+        for arena, offsets in ((job.arena, job.offsets), (new_arena, new_offsets)):
+            if offsets.size and (offsets.min() < 0 or offsets.max() > arena.size):
+                raise LearnedIdxError("key offsets past the key bytes")
+        if incremental and np.shape(job.R_old) != (w, w):
+            raise LearnedIdxError(f"R_old of shape {np.shape(job.R_old)} for {job.feat} features")
         R, x = emulate_keys(job.arena, job.offsets, n, job.prefix, job.feat,
                             np.ascontiguousarray(job.R_old, np.float64) if incremental else _NO_R, incremental,
                             new_arena, new_offsets, self.blocks, self.cfg.dot_width, self.ridge, self._probe)

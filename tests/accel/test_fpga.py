@@ -266,3 +266,17 @@ def test_a_job_given_by_its_keys_is_the_job_of_its_rows(precision):
         want = dp.incremental(R, A_delta, A, b)
         assert got[0].tobytes() == want[0].tobytes() and got[1].tobytes() == want[1].tobytes() and got[2] == want[2]
         assert np.allclose(A @ got[1], b, atol=len(b))  # and it is a fit
+
+
+def test_a_job_given_by_its_keys_is_checked_before_the_compiled_call():
+    from learnedidx.errors import LearnedIdxError
+    from learnedidx.index.training import KeysJob
+
+    arena = np.frombuffer(b"abcdefgh", np.uint8)
+    dp = FpgaDatapath()
+    with pytest.raises(LearnedIdxError, match="past the key bytes"):
+        dp.keys(KeysJob(arena, np.array([0, 4, 9], np.int64), 0, 4))
+    with pytest.raises(LearnedIdxError, match="past the key bytes"):
+        dp.keys(KeysJob(arena, np.array([0, 4, 8], np.int64), 0, 4, np.eye(5), arena, np.array([-1, 3], np.int64)))
+    with pytest.raises(LearnedIdxError, match="R_old of shape"):
+        dp.keys(KeysJob(arena, np.array([0, 4, 8], np.int64), 0, 4, np.eye(4)))
