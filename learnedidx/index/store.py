@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 import threading
 import time
 from typing import Any, Iterator, Sequence
@@ -542,7 +543,11 @@ class Store:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __del__(self) -> None:  # best effort: stop the thread of an unclosed store
+    def __del__(self, _finalizing=sys.is_finalizing) -> None:
+        # Best effort: stop the thread of a store nobody closed.  A store collected only at
+        # interpreter exit (kept by gc.freeze(), say) has nothing to stop: the interpreter
+        # ends its daemon thread, and the modules close() uses may be gone (hence the
+        # default argument, bound while they were there).
         queue = getattr(self, "_queue", None)
-        if queue is not None:
+        if queue is not None and not getattr(self, "_closed", True) and not _finalizing():
             queue.close()

@@ -88,6 +88,29 @@ def test_closed_store_refuses_len_stats_and_with():
             pass
 
 
+_EXIT_WITH_STORES = """
+import learnedidx
+from numba import njit
+closed = learnedidx.open()
+closed.put(b"a", b"1")
+closed.close()
+kept = learnedidx.open()  # never closed
+kept.put_many([b"k%07d" % i for i in range(20000)], [b"v"] * 20000)
+kept.retrain_now()
+
+@njit
+def f(x):  # keeps this module's globals, and so both stores, until the interpreter's last steps
+    return x
+
+f(1)
+"""
+
+
+def test_stores_alive_at_interpreter_exit_end_quietly():
+    done = subprocess.run([sys.executable, "-c", _EXIT_WITH_STORES], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
 class _ProbingBackend:
     """The cpu backend, recording whether the store's writer lock was free while it trained."""
 
