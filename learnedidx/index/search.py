@@ -157,20 +157,27 @@ def has_prefix(row, qp, ql) -> bool:
     return True
 
 
-@njit(cache=True, nogil=True)
-def window(row, crow, qp, ql):
-    """``(a, b, qh)``: the positions ``[a, b)`` of the group's merged keys the query may be
-    at (from the model and its error bounds) and its head; ``a = -1`` when the group has
-    no merged key or the query lacks their common prefix."""
+@njit(cache=True, nogil=True, inline="always")
+def predicted_window(row, crow, qp, ql):
+    """``(a, b, qh, p)``: :func:`window` and the model's predicted position ``p``."""
     n = row[T_N]
     if n == 0 or not has_prefix(row, qp, ql):
-        return -1, -1, np.int64(0)
+        return -1, -1, np.int64(0), 0
     p = np.int64(np.floor(predict(qp, ql, row[T_MPREFIX], row[T_FEAT], crow)))
     a = max(p + row[T_ERRLO], 0)
     b = min(p + row[T_ERRHI] + 1, n)
     if a >= b:  # predicted outside the group: search all of it
         a, b = 0, n
-    return a, b, head(qp, ql, row[T_HPREFIX])
+    return a, b, head(qp, ql, row[T_HPREFIX]), p
+
+
+@njit(cache=True, nogil=True)
+def window(row, crow, qp, ql):
+    """``(a, b, qh)``: the positions ``[a, b)`` of the group's merged keys the query may be
+    at (from the model and its error bounds) and its head; ``a = -1`` when the group has
+    no merged key or the query lacks their common prefix."""
+    a, b, qh, _ = predicted_window(row, crow, qp, ql)
+    return a, b, qh
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -255,19 +262,57 @@ def prefetch_window(heads, offs, vit, a, b) -> None:
             prefetch(heads, i)
 
 
+_NEAR = 128  # a lookup's search starts with the entries this close to the model's prediction
+
+
+@njit(cache=True, nogil=True, inline="always")
+def prefetch_entries(heads, offs, vit, lo, hi) -> None:
+    """Start loading every line of the heads, offsets and value slots of entries [lo, hi)."""
+    last = heads.shape[0] - 1
+    for i in range(lo, hi + 8, 8):
+        prefetch(heads, min(i, last))
+        prefetch(offs, min(i, last + 1))
+        prefetch_address(vit + 8 * i)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def near(a, b, p):
+    """``[lo, hi)``: the entries of the window ``[a, b)`` within ``_NEAR`` of the model's
+    prediction ``p``."""
+    c = min(max(p, a), b - 1)
+    return max(a, c - _NEAR), min(b, c + _NEAR)
+
+
+@njit(cache=True, nogil=True)
+def near_bound(heads, qh, a, b, lo, hi) -> int:
+    """:func:`heads_bound` over ``[a, b)``, starting with its entries ``[lo, hi)``: most keys
+    lie near the prediction (the error bounds are the worst case), and those entries' lines
+    were prefetched together."""
+    if lo > a and heads[lo] >= qh:
+        return heads_bound(heads, qh, a, lo)
+    if hi < b and heads[hi - 1] < qh:
+        return heads_bound(heads, qh, hi, b)
+    return heads_bound(heads, qh, lo, hi)
+
+
 @njit(cache=True, nogil=True)
 def merged_find(row, crow, qp, ql) -> int:
-    """Position of the query among the group's merged keys, or -1: the model's window, its
-    lines prefetched, then the value object at the heads search's answer prefetched before
-    the key compare that confirms it (that load overlaps the compare's misses)."""
-    a, b, qh = window(row, crow, qp, ql)
+    """Position of the query among the group's merged keys, or -1.
+
+    One query alone waits for each miss of its search in turn, so the search's lines are
+    loaded together first: the heads, offsets and value slots of every entry within
+    ``_NEAR`` of the model's prediction (the whole window, for most groups).  Then the value
+    object at the heads search's answer is prefetched before the key compare that confirms
+    it (that load overlaps the compare's misses)."""
+    a, b, qh, p = predicted_window(row, crow, qp, ql)
     if a < 0:
         rr, eq = finish(row, qp, ql, qh, a, b, a)
         return exact(row, qp, ql, rr, eq)
     heads, offs, base = merged(row)
     vit = row[T_VITEMS]
-    prefetch_window(heads, offs, vit, a, b)
-    r = heads_bound(heads, qh, a, b)
+    lo, hi = near(a, b, p)
+    prefetch_entries(heads, offs, vit, lo, hi)
+    r = near_bound(heads, qh, a, b, lo, hi)
     if r < b:
         prefetch_address(item(vit, r))
         prefetch_address(base + offs[r])

@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from numba import njit
 
 import learnedidx
 from learnedidx.index import layout as L
+from learnedidx.index.search import near, predicted_window
 from learnedidx.index.store import KeyBatch
 from tests.index.invariants import contents
 
@@ -207,6 +209,42 @@ def test_absent_keys_outside_the_model_window():
             i = bisect.bisect_left(ks, q)
             assert db.get(q) is None
             assert db.scan(q, 2) == [(k, k) for k in ks[i:i + 2]]
+
+
+@njit
+def _near_side(row, crow, i):
+    """Where merged key i of a group lies against the entries a lookup of it searches first
+    (within ``_NEAR`` of the model's prediction): -1 before them, 0 among them, 1 after."""
+    _, offs, base = L.merged(row)
+    a, b, _, p = predicted_window(row, crow, base + offs[i], offs[i + 1] - offs[i])
+    lo, hi = near(a, b, p)
+    return -1 if i < lo else (1 if i >= hi else 0)
+
+
+def test_lookups_far_from_the_models_prediction():
+    # Clustered keys: a linear model over their bytes fits them badly, so the error windows
+    # span thousands of keys and many keys lie far from their prediction, outside the
+    # entries a lookup searches (and prefetches) first.
+    rng = np.random.default_rng(5)
+    firsts = rng.choice([1, 2, 3, 200, 201, 250], 60000, p=[.4, .05, .05, .3, .1, .1])
+    ks = sorted({bytes([int(c)]) * 3 + rng.bytes(int(rng.integers(1, 12))) for c in firsts})
+    with learnedidx.open(retrain="off", group_size=20000) as db:
+        db.put_many(ks, ks)
+        db.retrain_now()
+        live = db._live
+        sides = {-1: 0, 0: 0, 1: 0}
+        for g in live.root_order():
+            for i in range(int(live.tab[g, L.T_N])):
+                sides[_near_side(live.tab[g], live.coef[g], i)] += 1
+        assert min(sides.values()) > 100, sides  # every branch of the search is taken
+        assert all(db.get(k) is k for k in ks)
+        present = set(ks)
+        absent = [q for k in ks[::7] for q in (k + b"\0", k[:-1]) if q not in present]
+        assert all(db.get(q) is None for q in absent)
+        assert db.get_many(ks[::3] + absent) == ks[::3] + [None] * len(absent)
+        for k in ks[::50]:  # updates and deletes find the key the same way
+            db.put(k, b"new")
+            assert db.get(k) == b"new" and db.delete(k) and db.get(k) is None
 
 
 def test_heads_ties_and_trailing_nuls_resolve_by_full_compare():
