@@ -27,6 +27,11 @@ checks the common prefix ``T_HPREFIX`` of the merged keys without reading one.
 The buffer holds keys that are not merged keys; updates and deletes of merged keys replace
 their value in place.
 
+The descriptor also counts the store's live keys (``D_SIZE``, kept by the kernels that insert
+and delete) and says whether a write may be made without the store's writer lock
+(``D_HOLD``, nonzero while the lock is held and for stores whose writes are all logged; see
+:class:`~learnedidx.index.live.WriterLock`).
+
 Kernels that read or write these structures hold the GIL (see :mod:`learnedidx.index.ops`):
 each call sees and leaves one consistent state.
 """
@@ -39,8 +44,8 @@ from learnedidx.native import load_be64_at, load_byte, load_word, pointer_to
 
 # Descriptor slots.
 (D_TAB, D_TCAP, D_COEF, D_CCOLS, D_RHEAD, D_RPIV, D_RGID, D_NROOT, D_RCAP, D_MAXLEN, D_B,
- D_PINGEN, D_PINS, D_NONE, D_TOMB, D_MISSING, D_BYTES_TYPE, D_INCREF, D_DECREF, D_BYTES_NEW) = range(20)
-D_SLOTS = 20
+ D_PINGEN, D_PINS, D_NONE, D_TOMB, D_MISSING, D_BYTES_TYPE, D_INCREF, D_DECREF, D_BYTES_NEW, D_SIZE, D_HOLD) = range(22)
+D_SLOTS = 22
 
 # Group table columns: what a lookup of a merged key reads first comes first (one cache line).
 (T_N, T_HPREFIX, T_P0, T_MPREFIX, T_FEAT, T_ERRLO, T_ERRHI, T_HEADS,

@@ -73,6 +73,39 @@ class View:
         return self.desc.ctypes.data
 
 
+class WriterLock:
+    """The store's writer lock, which serializes the writers that go through Python.
+
+    While it is held, ``D_HOLD`` of the descriptor is nonzero, and a write that would be made
+    without it (:func:`~learnedidx.index.ops.put`, one compiled call holding the GIL) does
+    nothing and sends its caller to the lock instead: the holder may be between two steps of
+    a change (a fold-in sized and not yet copied, a view half pinned).  ``logged`` keeps
+    ``D_HOLD`` set for good: a durable store logs every write first, under the lock."""
+
+    def __init__(self, D: np.ndarray) -> None:
+        self._lock = threading.Lock()
+        self._D = D
+        self._idle = 0
+
+    def log_every_write(self) -> None:
+        """Every write takes the lock from now on (a durable store's)."""
+        with self._lock:
+            self._idle = 2
+            self._D[L.D_HOLD] = 2
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> "WriterLock":
+        self._lock.acquire()
+        self._D[L.D_HOLD] = self._idle | 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._D[L.D_HOLD] = self._idle
+        self._lock.release()
+
+
 def _addr(a: np.ndarray) -> int:
     return a.ctypes.data
 
@@ -176,6 +209,11 @@ class LiveIndex:
         slots = np.array([L.D_TAB, L.D_TCAP, L.D_COEF, L.D_RHEAD, L.D_RPIV, L.D_RGID, L.D_RCAP, L.D_NROOT], np.int64)
         FI.set_slots(self.addr, slots, other.D[slots])
         self._retire(*old)
+
+    def buffer_full(self, g: int) -> bool:
+        """Whether group id ``g`` is a group whose insert buffer is full."""
+        grp = self.groups[g] if g < len(self.groups) else None
+        return grp is not None and int(grp.bord[0]) >= self.B
 
     def is_empty(self) -> bool:
         """No key, merged or buffered."""

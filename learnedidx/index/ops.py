@@ -22,9 +22,9 @@ import numpy as np
 from numba import njit, types
 
 from learnedidx.index.layout import (
-    BYTES_DATA, D_B, D_BYTES_NEW, D_BYTES_TYPE, D_DECREF, D_INCREF, D_MAXLEN, D_MISSING, D_NONE, D_NROOT, D_PINGEN,
-    D_PINS, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_BORD, T_GEN, T_N, T_NTOMB, T_RPREFIX, T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item,
-    merged, root, table)
+    BYTES_DATA, D_B, D_BYTES_NEW, D_BYTES_TYPE, D_DECREF, D_HOLD, D_INCREF, D_MAXLEN, D_MISSING, D_NONE, D_NROOT,
+    D_PINGEN, D_PINS, D_SIZE, D_TOMB, LIST_ITEMS, OB_SIZE, OB_TYPE, T_BORD, T_GEN, T_N, T_NTOMB, T_RPREFIX,
+    T_VITEMS, buffer, bytes_ptr, coefs, compare, desc, head, item, merged, root, table)
 from learnedidx.index.pyobjects import replace_item
 from learnedidx.index.search import (
     buffer_search, exact, find_root, find_root_near, finish, heads_bound, merged_find, merged_lower_bound, next_pair,
@@ -34,7 +34,8 @@ from learnedidx.native import (
     prefetch_address, pyref, store_word)
 
 # Write codes (low byte), the group id above GROUP_SHIFT.
-C_UPDATED, C_INSERTED, C_INSERTED_FULL, C_NEED_COW, C_FULL, C_BAD_KEY, C_BAD_VALUE, C_NOT_FOUND, C_DELETED = range(9)
+(C_UPDATED, C_INSERTED, C_INSERTED_FULL, C_NEED_COW, C_FULL, C_BAD_KEY, C_BAD_VALUE, C_NOT_FOUND, C_DELETED,
+ C_HELD) = range(10)
 GROUP_SHIFT = 8
 
 
@@ -121,6 +122,7 @@ def _upsert_at(d, k, qp, ql, v, g, i) -> int:
         replace_item(vit, i, v, inc, dec)
         if old == tomb:
             row[T_NTOMB] -= 1
+            d[D_SIZE] += 1
             return C_INSERTED | gbits
         return C_UPDATED | gbits
     n = row[T_N]
@@ -133,7 +135,10 @@ def _upsert_at(d, k, qp, ql, v, g, i) -> int:
         s = n + bord[2 + 2 * j]
         old = item(vit, s)
         replace_item(vit, s, v, inc, dec)
-        return (C_INSERTED if old == tomb else C_UPDATED) | gbits
+        if old == tomb:
+            d[D_SIZE] += 1
+            return C_INSERTED | gbits
+        return C_UPDATED | gbits
     if cnt >= B:
         return C_FULL | gbits
     if _cow_needed(d, row):
@@ -146,6 +151,7 @@ def _upsert_at(d, k, qp, ql, v, g, i) -> int:
     bord[1 + 2 * j] = head(qp, ql, row[T_RPREFIX])
     bord[2 + 2 * j] = slot
     bord[0] = cnt + 1
+    d[D_SIZE] += 1
     return (C_INSERTED_FULL if cnt + 1 >= B else C_INSERTED) | gbits
 
 
@@ -161,6 +167,19 @@ def upsert(daddr, key, value) -> int:
     if load_word(v + OB_TYPE) != d[D_BYTES_TYPE]:
         return C_BAD_VALUE
     return _upsert(d, k, qp, ql, v)
+
+
+@njit(cache=True)
+def put(daddr, key, value) -> int:
+    """:func:`upsert` for a caller that does not hold the writer lock: 0 when the write is
+    done, C_INSERTED_FULL (and the group) when it is done and filled its group's buffer,
+    else its code with nothing done (C_HELD: the lock is held, or every write of this store
+    is logged first).  Holding the GIL, the call is one whole write that no holder of the
+    lock is in the middle of (see :class:`~learnedidx.index.live.WriterLock`)."""
+    if desc(daddr)[D_HOLD] != 0:
+        return C_HELD
+    c = upsert(daddr, key, value)
+    return 0 if (c & 0xFF) <= C_INSERTED else c
 
 
 @njit(cache=True)
@@ -190,6 +209,7 @@ def delete(daddr, key) -> int:
     replace_item(vit, i, d[D_TOMB], d[D_INCREF], d[D_DECREF])
     if in_merged:
         row[T_NTOMB] += 1
+    d[D_SIZE] -= 1
     return C_DELETED | gbits
 
 
@@ -297,8 +317,8 @@ def apply_many(daddr, keys, values, out, start, counts) -> int:
     ``(t << GROUP_SHIFT) | code``: t is the first operation not done (the batch's length
     when all are) and code says why: C_UPDATED when done, else the write code of operation t
     (C_FULL, C_NEED_COW, C_BAD_KEY, C_BAD_VALUE), or C_INSERTED_FULL when operation t - 1
-    filled its group's buffer.  ``counts[0]`` counts the keys inserted, ``counts[1]`` is
-    the group of a C_FULL, C_NEED_COW or C_INSERTED_FULL.
+    filled its group's buffer.  ``counts[0]`` is the group of a C_FULL, C_NEED_COW or
+    C_INSERTED_FULL.
 
     ``_WLANES`` operations at a time: first each one's place among its group's merged keys
     (:func:`_lane_places`, as :func:`get_many` finds them), so that their misses overlap;
@@ -362,13 +382,11 @@ def apply_many(daddr, keys, values, out, start, counts) -> int:
                 continue
             code = _upsert_at(d, item(kit, t), qps[j], qls[j], v, grp[j], rs[j])
             op = code & 0xFF
-            if op == C_INSERTED or op == C_INSERTED_FULL:
-                counts[0] += 1
             if op == C_INSERTED_FULL:
-                counts[1] = code >> GROUP_SHIFT
+                counts[0] = code >> GROUP_SHIFT
                 return ((t + 1) << GROUP_SHIFT) | C_INSERTED_FULL
             if op == C_FULL or op == C_NEED_COW:
-                counts[1] = code >> GROUP_SHIFT
+                counts[0] = code >> GROUP_SHIFT
                 return (t << GROUP_SHIFT) | op
         if bad != C_UPDATED:
             return ((t0 + n) << GROUP_SHIFT) | bad
@@ -559,6 +577,7 @@ _I = types.int64
 SIGNATURES = {
     "get": (_I, pyref),
     "upsert": (_I, pyref, pyref),
+    "put": (_I, pyref, pyref),
     "delete": (_I, pyref),
     "get_many": (_I, _I, _I),
     "apply_many": (_I, _I, _I, _I, _I, types.int64[::1]),

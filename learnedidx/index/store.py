@@ -43,7 +43,7 @@ from learnedidx.index import layout as L
 from learnedidx.index import ops as O
 from learnedidx.index.durability import OP_PUT, Durability
 from learnedidx.index.keys import KeyBatch
-from learnedidx.index.live import MISSING, LiveIndex
+from learnedidx.index.live import MISSING, LiveIndex, WriterLock
 from learnedidx.index.options import StoreOptions
 from learnedidx.index.retrainer import Retrainer, RetrainQueue
 
@@ -85,21 +85,20 @@ class Store:
         self.options = opts = options if options is not None else StoreOptions.of(kwargs)
         self._max_len = opts.max_key_len
         self._retrainer = Retrainer(opts)
-        self._wlock = threading.Lock()  # serializes writers
         self._ckpt_lock = threading.Lock()  # one checkpoint at a time
         self._ckpt_thread: threading.Thread | None = None  # the automatic one, past checkpoint_bytes
         self._closed = False
-        self._size = 0
         self._stats = {"merges": 0, "splits": 0, "merge_seconds": 0.0}
         # The live index and its descriptor live as long as the store (a reader may hold
         # the descriptor's address while another thread closes the store).
         self._live = LiveIndex.empty(opts, self._max_len)
         self._addr = self._live.addr
+        self._wlock = WriterLock(self._live.D)  # serializes writers
         E = O.entry_points()
-        self._get, self._upsert, self._delete = E["get"], E["upsert"], E["delete"]
+        self._get, self._upsert, self._put, self._delete = E["get"], E["upsert"], E["put"], E["delete"]
         self._get_many, self._apply_many, self._scan, self._scan_many, self._check_batch = (
             E["get_many"], E["apply_many"], E["scan"], E["scan_many"], E["check_batch"])
-        self._counts = np.zeros(2, np.int64)  # apply_many's out-parameters (writer lock)
+        self._counts = np.zeros(1, np.int64)  # apply_many's out-parameter (writer lock)
         self._queue = RetrainQueue(self._live, self._wlock, self._retrainer, opts)
         self._dur: Durability | None = None
         if path is not None:
@@ -107,6 +106,7 @@ class Store:
                 self._dur = Durability(path, opts.sync, opts.sync_interval, opts.max_key_len, opts.recovery)
                 with self._dur.released_on_error():  # a failed open holds nothing: a retry can open
                     self._recover(self._dur)
+                self._wlock.log_every_write()
             except BaseException:
                 self._queue.close()
                 raise
@@ -117,6 +117,15 @@ class Store:
 
     def _key(self, key: Any) -> bytes:
         return KS.check_key(key, self._max_len)
+
+    @property
+    def _size(self) -> int:
+        """Live keys (counted by the kernels that insert and delete)."""
+        return int(self._live.D[L.D_SIZE])
+
+    @_size.setter
+    def _size(self, n: int) -> None:  # writer lock held
+        self._live.D[L.D_SIZE] = n
 
     # ------------------------------------------------------------------ reads
     def get(self, key: Any, default: Any = None) -> Any:
@@ -258,6 +267,21 @@ class Store:
     # ------------------------------------------------------------------ writes
     def put(self, key: Any, value: Any) -> None:
         """Insert or update ``key``; durable per the sync policy when this returns."""
+        # The hottest write: one compiled call, made without the writer lock when nobody
+        # holds it (the call holds the GIL); anything else goes the way below.
+        c = self._put(self._addr, key, value)
+        if c:
+            self._put_locked(key, value, c)
+
+    def _put_locked(self, key: Any, value: Any, code: int) -> None:
+        if code & 0xFF == O.C_INSERTED_FULL:  # written, and its group's buffer is full
+            with self._wlock:
+                g = code >> O.GROUP_SHIFT
+                if self._closed or not self._live.buffer_full(g):  # another writer folded it
+                    return
+                self._fold(g)
+            self._after_write()
+            return
         k = key if type(key) is bytes and 0 < len(key) <= self._max_len else self._exact_key(key)
         v = value if type(value) is bytes else KS.check_value(value)
         with self._wlock:
@@ -267,14 +291,7 @@ class Store:
             if dur is not None:
                 dur.log_put(k, v)
             c = self._upsert(self._addr, k, v)
-            op = c & 0xFF
-            if op == O.C_INSERTED:  # the usual insert, inline: a call costs as much as the write
-                self._size += 1
-                c = 0
-            elif op:
-                c = self._written(c, k, v)
-            else:
-                c = 0
+            c = self._written(c, k, v) if c & 0xFF else 0
         if c or dur is not None:
             self._after_write()
 
@@ -311,10 +328,8 @@ class Store:
         while True:
             op, g = code & 0xFF, code >> O.GROUP_SHIFT
             if op == O.C_INSERTED:
-                self._size += 1
                 return folded
             if op == O.C_INSERTED_FULL:
-                self._size += 1
                 self._fold(g)
                 return True
             if op == O.C_UPDATED:
@@ -358,7 +373,6 @@ class Store:
             code = self._delete(self._addr, k)
             op = code & 0xFF
             if op == O.C_DELETED:
-                self._size -= 1
                 return True
             if op == O.C_NOT_FOUND:
                 return False
@@ -428,13 +442,11 @@ class Store:
         t = 0
         counts = self._counts
         while True:
-            counts[0] = 0
             code = self._apply_many(self._addr, id(klist), id(vlist), id(out), t, counts)
-            self._size += int(counts[0])
             t, op = code >> O.GROUP_SHIFT, code & 0xFF
             if op == O.C_UPDATED:
                 return
-            g = int(counts[1])
+            g = int(counts[0])
             if op == O.C_NEED_COW:
                 with _no_gc():
                     self._live.copy_group(g)

@@ -162,3 +162,39 @@ def test_an_abandoned_iterator_releases_its_view():
         gc.collect()
         assert db._live.views == []
         assert dict(db.items()) == {b"k%04d" % i: b"new" for i in range(500)}
+
+
+@pytest.mark.parametrize("write", ["put", "fill", "delete", "put_many"])
+def test_writes_wait_while_another_writer_holds_the_lock(write):
+    """A write made without the writer lock (one compiled call) must not land while another
+    writer holds it: that writer may be between two steps of a change (a fold-in sized and
+    not yet copied).  It waits for the lock instead, and lands once it is free."""
+    with learnedidx.open(retrain="off", group_size=64, buffer_threshold=4) as db:
+        db.put_many([b"k%04d" % i for i in range(0, 400, 2)], [b"old"] * 200)
+        db.put(b"k0001", b"b")
+        db.put(b"k0003", b"b")
+        db.put(b"k0005", b"b")  # the group's buffer holds 3 of 4
+        writes = {
+            "put": lambda: db.put(b"k0100", b"new"),  # an update in place
+            "fill": lambda: db.put(b"k0007", b"new"),  # the insert that fills the buffer
+            "delete": lambda: db.delete(b"k0100"),
+            "put_many": lambda: db.put_many([b"k0100"], [b"new"]),
+        }
+        before = dict(db.items())
+        probe = sorted(before) + [b"k0007"]
+        done = threading.Event()
+        with db._wlock:  # (items() would take it: read with get_many)
+            t = threading.Thread(target=lambda: (writes[write](), done.set()))
+            t.start()
+            assert not done.wait(0.3)
+            assert db.get_many(probe) == [before.get(k) for k in probe] and len(db) == len(before)
+        t.join(10)
+        assert done.is_set()
+        after = dict(db.items())
+        if write == "delete":
+            assert b"k0100" not in after and len(db) == len(before) - 1
+        else:
+            k = b"k0007" if write == "fill" else b"k0100"
+            assert after[k] == b"new" and len(db) == len(after)
+        if write == "fill":
+            assert db.stats()["buffered_writes"] == 0  # the full buffer was folded in
