@@ -22,7 +22,7 @@ from learnedidx.index.layout import (
     coefs, common_prefix, compare, desc, f64_at, head, i64_at, item, merged, root, table, u8_at)
 from learnedidx.index.pyobjects import move_item
 from learnedidx.index.search import buffer_key, lower_bound_h, model_error, predict
-from learnedidx.native import copy_from_address, load_word
+from learnedidx.native import copy_from_address, load_word, prefetch_address
 
 
 @njit(cache=True)
@@ -143,6 +143,7 @@ def _copy_run(d, row, a, b, t, heads, offs, kbytes, nvit, steal, acc, c, slack):
 
 
 _BIG = np.int64(1) << 62
+_AHEAD = 8  # buffered keys a fold-in prefetches ahead
 
 
 @njit(cache=True, nogil=True)
@@ -208,7 +209,10 @@ def foldin(daddr, g, heads, offs, kbytes, vals_list, bord_new, newpos):
     acc_v = carray(i64_at(acc.ctypes.data), 4)
     scaled_v = carray(f64_at(scaled.ctypes.data), feat + 1)
     blo, bhi, slo, shi = _BIG, -_BIG, _BIG, -_BIG  # the buffered keys' errors: model, scaled
-    for j in range(bord[0]):
+    cnt = bord[0]
+    for j in range(cnt):
+        if j + _AHEAD < cnt:  # the key objects lie anywhere: start loading one a few keys ahead
+            prefetch_address(item(vit, n + B + bord[2 + 2 * (j + _AHEAD)]))
         v = item(vit, n + bord[2 + 2 * j])
         if v == tomb:
             continue

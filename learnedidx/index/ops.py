@@ -99,16 +99,16 @@ def _upsert(d, k, qp, ql, v) -> int:
     """Put value object ``v`` under the query (key object ``k``); a write code."""
     g = root(d)[2][find_root(d, qp, ql)]
     row = table(d)[g]
-    # Loads the write will wait for whatever it finds, started now so that they overlap the
-    # search: the value object (its count goes up), the buffer's count and first entries.
-    prefetch_address(v)
-    prefetch_address(row[T_BORD])
+    prefetch_address(row[T_BORD])  # the buffer's count and first entries
     return _upsert_at(d, k, qp, ql, v, g, merged_find(row, coefs(d)[g], qp, ql))
 
 
 @njit(cache=True, nogil=True)
 def _upsert_at(d, k, qp, ql, v, g, i) -> int:
-    """:func:`_upsert` of a query in group ``g`` at merged position ``i`` (-1: not there)."""
+    """:func:`_upsert` of a query in group ``g`` at merged position ``i`` (-1: not there);
+    C_BAD_VALUE, with nothing written, unless ``v`` is exactly ``bytes``."""
+    if load_word(v + OB_TYPE) != d[D_BYTES_TYPE]:
+        return C_BAD_VALUE
     row = table(d)[g]
     gbits = g << GROUP_SHIFT
     inc, dec, tomb = d[D_INCREF], d[D_DECREF], d[D_TOMB]
@@ -159,13 +159,14 @@ def _upsert_at(d, k, qp, ql, v, g, i) -> int:
 def upsert(daddr, key, value) -> int:
     """Insert or update ``key`` with ``value`` (both exactly ``bytes``); a write code."""
     d = desc(daddr)
+    v = address_of(value)
+    # The value object lies anywhere (its count goes up): its load overlaps the search, and
+    # its type is checked once the search is done.
+    prefetch_address(v)
     k = address_of(key)
     qp, ql = _query(d, k)
     if ql < 0:
         return C_BAD_KEY
-    v = address_of(value)
-    if load_word(v + OB_TYPE) != d[D_BYTES_TYPE]:
-        return C_BAD_VALUE
     return _upsert(d, k, qp, ql, v)
 
 
