@@ -123,6 +123,38 @@ class LearnedIndexAdapter(Adapter):
         self.db.close()
 
 
+class ServerTrainedAdapter(LearnedIndexAdapter):
+    """The store retraining on an accelerator server of its own (``device``: the server's
+    backend), a process started with the adapter and stopped with it; neither is timed."""
+
+    def __init__(self, name: str, device: str = "cpu", **options) -> None:
+        from learnedidx.server.process import spawn
+
+        self._dir = _scratch_dir("lidx-peer-server-")
+        self._server = spawn(os.path.join(self._dir, "accel.sock"), backend=device, warm=True)
+        try:
+            super().__init__(name, trainer="server", trainer_options={"socket": self._server.socket_path},
+                             **options)
+        except BaseException:
+            self._stop()
+            raise
+
+    def finish(self) -> None:
+        super().finish()
+        if self.db.stats()["trainer_failed"]:  # its figures would be in-process training's
+            raise WorkloadError(f"peer {self.name}: the accelerator server failed; the store trained in-process")
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        self._server.stop()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
 class SortedDictAdapter(Adapter):
     name = "sorteddict"
 
@@ -403,6 +435,8 @@ PEERS: dict[str, tuple[type[Adapter], dict]] = {
     "learnedidx": (LearnedIndexAdapter, {"retrain": "background"}),
     "learnedidx-inline": (LearnedIndexAdapter, {"retrain": "inline"}),
     "learnedidx-fpga": (LearnedIndexAdapter, {"retrain": "background", "trainer": "fpga-emu"}),
+    "learnedidx-server": (ServerTrainedAdapter, {"retrain": "background", "device": "cpu"}),
+    "learnedidx-server-fpga": (ServerTrainedAdapter, {"retrain": "background", "device": "fpga-emu"}),
     "dict": (DictAdapter, {}),
     "sorteddict": (SortedDictAdapter, {}),
     "oobtree": (OOBTreeAdapter, {}),

@@ -15,6 +15,7 @@ from learnedidx.errors import WorkloadError
 from learnedidx.workloads import peers as peers_mod
 from learnedidx.workloads.cli import run_peers, ycsb_streams
 from learnedidx.workloads.keysources import load_keys
+from learnedidx.server.client import Client
 from learnedidx.workloads.peers import PEERS, available_peers, get_adapter
 from learnedidx.workloads.runner import execute
 from learnedidx.workloads.spec import SCAN
@@ -23,9 +24,12 @@ STORE = {"group_size": 256, "buffer_threshold": 16}  # small groups: merges happ
 YCSB_LINE = re.compile(r"^\[([A-Z-]+)\], ([\w()/=]+), (-?\d+(\.\d+)?)$")  # what YCSB parsing scripts match
 
 
+SERVER_PEERS = ["learnedidx-server", "learnedidx-server-fpga"]  # each run starts a server: tested apart
+
+
 @pytest.fixture(scope="module")
 def installed() -> list[str]:
-    return available_peers()[0]
+    return available_peers([p for p in PEERS if p not in SERVER_PEERS])[0]
 
 
 @pytest.mark.parametrize("workload", ["A", "B", "C", "D", "E", "F", "D'", "E'"])
@@ -39,6 +43,27 @@ def test_every_installed_peer_returns_identical_results(workload, installed):
     assert {"learnedidx", "learnedidx-inline", "sorteddict"} <= expected
     assert len({r.digest for r in runs.values()}) == 1, {k: r.digest for k, r in runs.items()}
     assert all(r.operations == 3000 for r in runs.values())
+
+
+@pytest.mark.parametrize("peer", SERVER_PEERS)
+def test_server_trained_peers_read_the_same_and_train_on_their_own_server(peer):
+    load, run = ycsb_streams("RI", 3000, 3000, {}, None, 7)  # half inserts: groups retrain
+    ref = run_peers(load, run, ["learnedidx"], ["per-op"], store_options=STORE, progress=False)[-1]
+    ad = get_adapter(peer, **STORE)
+    server = ad._server
+    try:
+        execute(ad, load, mode="batch", phase="load")
+        before = ad.db.stats()
+        rep = execute(ad, run, mode="per-op")
+        after = ad.db.stats()
+        with Client(server.socket_path) as c:
+            busy = c.call("stats")[0]["device"]["busy_seconds"]
+    finally:
+        ad.close()
+    assert rep.digest == ref.digest
+    assert after["trainer"] == "server" and not after["trainer_failed"] and busy > 0
+    assert after["retrains_full"] + after["retrains_incremental"] > before["retrains_full"] + before["retrains_incremental"]
+    assert server.proc.poll() is not None  # stopped with the adapter
 
 
 def test_digest_catches_one_wrong_read_in_either_mode():
