@@ -18,10 +18,9 @@ class FpgaEmuBackend:
     def __init__(self, config: str | None = None, **overrides) -> None:
         self.datapath = FpgaDatapath(DeviceConfig.load(config, **overrides))
 
-    def _result(self, t0, R, x, cycles) -> TrainResult:
+    def _result(self, seconds, R, x, cycles) -> TrainResult:
         dev = cycles / (self.datapath.cfg.clock_mhz * 1e6)
-        return TrainResult(R=R, coef=x, seconds=time.perf_counter() - t0, device_cycles=cycles,
-                           info={"device_seconds": dev})
+        return TrainResult(R=R, coef=x, seconds=seconds, device_cycles=cycles, info={"device_seconds": dev})
 
     def feature_limit(self) -> int:
         """The device's ``max_features``: wider jobs are refused."""
@@ -29,18 +28,20 @@ class FpgaEmuBackend:
 
     def train_full(self, A: np.ndarray, b: np.ndarray) -> TrainResult:
         t0 = time.perf_counter()
-        return self._result(t0, *self.datapath.full(A, b))
+        out = self.datapath.full(A, b)
+        return self._result(time.perf_counter() - t0, *out)
 
     def train_incremental(self, R_old, A_delta, A, b) -> TrainResult:
         t0 = time.perf_counter()
-        return self._result(t0, *self.datapath.incremental(R_old, A_delta, A, b))
+        out = self.datapath.incremental(R_old, A_delta, A, b)
+        return self._result(time.perf_counter() - t0, *out)
 
     def train_keys(self, jobs: list[KeysJob]) -> list[TrainResult]:
-        """Many groups' retrains, each given by its keys: its feature rows built and trained
-        in one compiled call that releases the GIL (:meth:`FpgaDatapath.keys`), so that a
-        store's drain trains batches on every core."""
-        out = []
-        for job in jobs:
-            t0 = time.perf_counter()
-            out.append(self._result(t0, *self.datapath.keys(job)))
-        return out
+        """Many groups' retrains, each given by its keys: every job's feature rows built and
+        trained in one compiled call that releases the GIL (:meth:`FpgaDatapath.keys_many`),
+        so that a store's drain trains batches on every core and a background retrainer
+        takes the GIL from a busy writer once per batch."""
+        t0 = time.perf_counter()
+        done = self.datapath.keys_many(jobs)
+        seconds = (time.perf_counter() - t0) / max(len(jobs), 1)
+        return [self._result(seconds, *out) for out in done]

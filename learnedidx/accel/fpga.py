@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import carray, njit
 
 from learnedidx.accel.config import DeviceConfig
 from learnedidx.errors import ConfigError, LearnedIdxError
 from learnedidx.index.kernels import build_features
+from learnedidx.index.layout import f64_at, i64_at, u8_at
 from learnedidx.index.qr import back_substitute, forward_substitute_t
 from learnedidx.index.training import KeysJob
 
@@ -298,6 +299,46 @@ def emulate_keys(arena, offsets, n, prefix, feat, R_old, incremental, new_arena,
     return emulate_incremental(R_old, A_delta, A, b, blocks, width, probe)
 
 
+#: Columns of :func:`emulate_key_jobs`'s table: where a job's arrays lie (addresses and
+#: sizes), its shape, and where its R (row by row) and coefficients go in the outputs.
+(E_ARENA, E_ALEN, E_OFFS, E_N, E_NARENA, E_NALEN, E_NOFFS, E_NNEW, E_ROLD, E_INCR, E_PREFIX, E_FEAT, E_ROUT,
+ E_COUT, E_COLS) = range(15)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _within(offsets, size) -> bool:
+    for o in offsets:
+        if o < 0 or o > size:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def emulate_key_jobs(table, R_out, coef_out, blocks, width, ridge, probe) -> int:
+    """:func:`emulate_keys` of every job of ``table`` (see ``E_*``; the caller keeps the
+    arrays alive and has checked each R_old's shape), in one call that releases the GIL:
+    a background retrainer needs the GIL again after every call, and a busy writer holds
+    it for milliseconds at a time.  Returns -1, or the first job whose key offsets lie
+    outside its key bytes (it and the jobs after it are not trained)."""
+    for t in range(table.shape[0]):
+        j = table[t]
+        n, nn, w = j[E_N], j[E_NNEW], j[E_FEAT] + 1
+        arena, offsets = carray(u8_at(j[E_ARENA]), j[E_ALEN]), carray(i64_at(j[E_OFFS]), n + 1)
+        new_arena, new_offsets = carray(u8_at(j[E_NARENA]), j[E_NALEN]), carray(i64_at(j[E_NOFFS]), nn + 1)
+        if not (_within(offsets, arena.shape[0]) and _within(new_offsets, new_arena.shape[0])):
+            return t
+        incremental = j[E_INCR] != 0
+        R_old = carray(f64_at(j[E_ROLD]), (w, w)) if incremental else np.zeros((0, 0))
+        R, x = emulate_keys(arena, offsets, n, j[E_PREFIX], j[E_FEAT], R_old, incremental, new_arena, new_offsets,
+                            blocks, width, ridge, probe)
+        ro, co = j[E_ROUT], j[E_COUT]
+        for a in range(w):
+            coef_out[co + a] = x[a]
+            for b in range(w):
+                R_out[ro + a * w + b] = R[a, b]
+    return -1
+
+
 _NO_R = np.zeros((0, 0))
 _NO_KEYS = (np.zeros(0, np.uint8), np.zeros(1, np.int64))
 
@@ -341,21 +382,40 @@ class FpgaDatapath:
     def keys(self, job: KeysJob) -> tuple[np.ndarray, np.ndarray, int]:
         """(R, coef, cycles) of a job given by its keys: :meth:`full` or :meth:`incremental`
         of its feature rows (:meth:`KeysJob.rows`), which are built in the same compiled call."""
-        n, w = job.n, job.feat + 1
-        self.check(w)
-        incremental = job.R_old is not None
-        new_arena, new_offsets = (job.new_arena, job.new_offsets) if job.new else _NO_KEYS
-        # The compiled call reads by index without bounds checks.
-        for arena, offsets in ((job.arena, job.offsets), (new_arena, new_offsets)):
-            if offsets.size and (offsets.min() < 0 or offsets.max() > arena.size):
-                raise LearnedIdxError("key offsets past the key bytes")
-        if incremental and np.shape(job.R_old) != (w, w):
-            raise LearnedIdxError(f"R_old of shape {np.shape(job.R_old)} for {job.feat} features")
-        R, x = emulate_keys(job.arena, job.offsets, n, job.prefix, job.feat,
-                            np.ascontiguousarray(job.R_old, np.float64) if incremental else _NO_R, incremental,
-                            new_arena, new_offsets, self.blocks, self.cfg.dot_width, self.ridge, self._probe)
-        cycles = cycles_incremental(self.cfg, n, w, job.new) if incremental else cycles_full(self.cfg, n, w)
-        return R, x, cycles
+        return self.keys_many([job])[0]
+
+    def keys_many(self, jobs: list[KeysJob]) -> list[tuple[np.ndarray, np.ndarray, int]]:
+        """:meth:`keys` of every job, in one compiled call (:func:`emulate_key_jobs`)."""
+        table = np.zeros((len(jobs), E_COLS), np.int64)
+        keep = []  # what the table points into, alive until the call returns
+        ro = co = 0
+        for t, job in enumerate(jobs):
+            w = job.feat + 1
+            self.check(w)
+            incremental = job.R_old is not None
+            if incremental and np.shape(job.R_old) != (w, w):
+                raise LearnedIdxError(f"R_old of shape {np.shape(job.R_old)} for {job.feat} features")
+            arena, offsets = np.ascontiguousarray(job.arena, np.uint8), np.ascontiguousarray(job.offsets, np.int64)
+            new_arena, new_offsets = (job.new_arena, job.new_offsets) if job.new else _NO_KEYS
+            new_arena, new_offsets = np.ascontiguousarray(new_arena, np.uint8), np.ascontiguousarray(new_offsets, np.int64)
+            R_old = np.ascontiguousarray(job.R_old, np.float64) if incremental else _NO_R
+            keep.append((arena, offsets, new_arena, new_offsets, R_old))
+            table[t] = (arena.ctypes.data, arena.size, offsets.ctypes.data, offsets.size - 1, new_arena.ctypes.data,
+                        new_arena.size, new_offsets.ctypes.data, new_offsets.size - 1, R_old.ctypes.data, incremental,
+                        job.prefix, job.feat, ro, co)
+            ro, co = ro + w * w, co + w
+        R_out, coef_out = np.zeros(ro), np.zeros(co)
+        bad = emulate_key_jobs(table, R_out, coef_out, self.blocks, self.cfg.dot_width, self.ridge, self._probe)
+        del keep
+        if bad >= 0:
+            raise LearnedIdxError("key offsets past the key bytes")
+        out = []
+        for t, job in enumerate(jobs):
+            w, (ro, co) = job.feat + 1, table[t, [E_ROUT, E_COUT]]
+            cycles = (cycles_incremental(self.cfg, job.n, w, job.new) if job.R_old is not None
+                      else cycles_full(self.cfg, job.n, w))
+            out.append((R_out[ro:ro + w * w].reshape(w, w).copy(), coef_out[co:co + w].copy(), cycles))
+        return out
 
 
 # ---------------------------------------------------------------------- cycle model
@@ -365,13 +425,16 @@ def _dot_cycles(cfg: DeviceConfig, length: int) -> int:
     return _dot_cycles_of(length, cfg.dot_width, cfg.lat_add, cfg.lat_mul)
 
 
-@njit(cache=True, nogil=True)
+# The cycle model's kernels hold the GIL: a call takes microseconds, and one that released it
+# would hand a busy writer's GIL away and then wait for it (a background retrainer charges
+# every job).
+@njit(cache=True)
 def _dot_cycles_of(length, dot_width, lat_add, lat_mul) -> int:
     depth = max(1, math.ceil(math.log2(dot_width)))
     return math.ceil(length / dot_width) + depth * lat_add + lat_add + lat_mul
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def _qr_unit_cycles_of(m, n_cols, dot_width, inner_pes, lat_add, lat_mul, lat_sqrt, lat_recip) -> int:
     total = 0
     for k in range(min(m, n_cols)):

@@ -230,6 +230,71 @@ def fit_jobs(jobs, max_features, coef, res, R, g0, g1) -> None:
                 R[g, a * m + b] = Rg[a, b]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _job_keys(j):
+    """``(key bytes, offsets, n)`` of a row of a :func:`fit_jobs` table."""
+    n = j[J_N]
+    return carray(u8_at(j[J_KB]), j[J_KBLEN]), carray(i64_at(j[J_OFFS]), n + 1), n
+
+
+@njit(cache=True, nogil=True)
+def shape_jobs(jobs, max_features, out) -> None:
+    """The prefix and feature length of each job of a :func:`fit_jobs` table (groups of at
+    least two keys) into ``out[t]``: their keys' common prefix, and the bytes past it, at
+    most ``max_features``.  One call for a batch: a background retrainer needs the GIL
+    again after every call, and a busy writer holds it for milliseconds at a time."""
+    for t in range(jobs.shape[0]):
+        kb, offs, n = _job_keys(jobs[t])
+        prefix = K.common_prefix_len(kb, offs, 0, n)
+        out[t, 0] = prefix
+        out[t, 1] = min(max_features, K.max_key_len(offs, 0, n) - prefix)
+
+
+@njit(cache=True, nogil=True)
+def refined_bounds(kb, offs, n, prefix, feat, coef, R, steps):
+    """Up to ``steps`` steps of iterative refinement of the model ``coef`` (in place) with
+    ``R``, a trainer's factor of the keys' rows (RᵀR = AᵀA, up to the trainer's rounding):
+    ``coef += (RᵀR)⁻¹ Aᵀ(b - A·coef)``, the residuals taken in float64.  A trainer that
+    factors in FP32 (the emulated FPGA) answers coefficients whose predictions can be off by
+    many positions; a step or two on the host brings them to the float64 least-squares
+    fit, one pass over the keys each.  Stops when a step would move no prediction by half
+    a position, keeps the model of the narrowest bounds seen, and returns those exact
+    error bounds."""
+    w = feat + 1
+    g = np.zeros(w)
+    best = coef[:w].copy()
+    blo, bhi = 0, -1
+    for it in range(steps + 1):
+        lo, hi = K.residual_bounds(kb, offs, 0, n, prefix, feat, coef, g)
+        if bhi < blo or hi - lo < bhi - blo:
+            blo, bhi = lo, hi
+            best[:] = coef[:w]
+        if it == steps:
+            break
+        d = Q.back_substitute(R, Q.forward_substitute_t(R, g))
+        move = abs(d[0])
+        for j in range(1, w):
+            move += 255.0 * abs(d[j])
+        if not move >= 0.5:  # (NaN too)
+            break
+        for j in range(w):
+            coef[j] += d[j]
+    coef[:w] = best
+    return blo, bhi
+
+
+@njit(cache=True, nogil=True)
+def bound_jobs(jobs, shapes, coef, R, steps, out) -> None:
+    """The models ``coef[t]`` of a batch of jobs (over the prefix and features of
+    ``shapes[t]``), each refined with its trainer's factor ``R[t]`` (:func:`refined_bounds`),
+    and their exact error bounds over the jobs' keys into ``out[t]``: one call for a batch
+    (:func:`shape_jobs`)."""
+    for t in range(jobs.shape[0]):
+        kb, offs, n = _job_keys(jobs[t])
+        w = shapes[t, 1] + 1
+        out[t, 0], out[t, 1] = refined_bounds(kb, offs, n, shapes[t, 0], shapes[t, 1], coef[t], R[t, :w, :w], steps)
+
+
 _PER_PART = 64  # groups per slice handed to a core
 
 

@@ -99,6 +99,20 @@ def max_key_len(offsets, start, stop) -> int:
     return best
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _key_error(arena, offsets, start, i, prefix_len, feat_len, coef_row):
+    """``(error, prediction)`` of key i (rank ``i - start``) under the model, its
+    prediction read in place: the same sum in the same order as a lookup of the key
+    computes (:func:`~learnedidx.index.search.predict`), so exactly that prediction."""
+    a = offsets[i] + prefix_len
+    p = coef_row[0]
+    for j in range(min(feat_len, offsets[i + 1] - a)):
+        p += coef_row[1 + j] * arena[a + j]
+    q = p if np.isfinite(p) else 0.0
+    q = min(max(q, -1e15), 1e15)
+    return (i - start) - np.int64(np.floor(q)), p
+
+
 @njit(cache=True, nogil=True)
 def error_bounds(arena, offsets, start, stop, prefix_len, feat_len, coef_row):
     """Exact (err_lo, err_hi) of the model over keys start..stop-1: every key's rank r lies
@@ -106,18 +120,30 @@ def error_bounds(arena, offsets, start, stop, prefix_len, feat_len, coef_row):
     lo = 0
     hi = 0
     for i in range(start, stop):
-        # _predict of the key, read in place: the same sum in the same order, so exactly
-        # the prediction a lookup of this key computes.
-        a = offsets[i] + prefix_len
-        p = coef_row[0]
-        for j in range(min(feat_len, offsets[i + 1] - a)):
-            p += coef_row[1 + j] * arena[a + j]
-        if not np.isfinite(p):
-            p = 0.0
-        p = min(max(p, -1e15), 1e15)
-        e = (i - start) - np.int64(np.floor(p))
+        e, _ = _key_error(arena, offsets, start, i, prefix_len, feat_len, coef_row)
         if i == start or e < lo:
             lo = e
         if i == start or e > hi:
             hi = e
+    return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def residual_bounds(arena, offsets, start, stop, prefix_len, feat_len, coef_row, g):
+    """:func:`error_bounds`, and in the same pass ``g = Aᵀ(b - A·coef)``: the keys' feature
+    rows (:func:`build_features`) times their residuals (rank minus prediction)."""
+    g[:] = 0.0
+    lo = 0
+    hi = 0
+    for i in range(start, stop):
+        e, p = _key_error(arena, offsets, start, i, prefix_len, feat_len, coef_row)
+        if i == start or e < lo:
+            lo = e
+        if i == start or e > hi:
+            hi = e
+        r = (i - start) - p
+        g[0] += r
+        a = offsets[i] + prefix_len
+        for j in range(min(feat_len, offsets[i + 1] - a)):
+            g[1 + j] += r * arena[a + j]
     return lo, hi

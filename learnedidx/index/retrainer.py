@@ -212,6 +212,7 @@ class Retrainer:
 
 
 _NO_R = np.zeros((0, 0))
+_REFINE_STEPS = 3  # iterative refinement of a trainer's answer (fit_many)
 
 
 def _trusted(R: np.ndarray, coef: np.ndarray, width: int) -> bool:
@@ -259,16 +260,22 @@ def take_job(live: LiveIndex, g: int) -> Job | None:
                list(grp.pending), grp.untrained)
 
 
-def _shape(job: Job, opts: StoreOptions) -> tuple[int, int, bool]:
-    """A retrain's prefix and feature length, and whether it may start from the memo
-    (the same prefix and features, and few enough deletes since)."""
-    n, offs, kb = job.n, job.offs, job.kbytes
-    prefix = int(FI.key_prefix(offs, kb, n))
-    feat = int(min(opts.max_features, K.max_key_len(offs, 0, n) - prefix))
-    memo = job.memo
-    incremental = (memo is not None and memo.prefix == prefix and memo.feat == feat
-                   and job.deletes <= opts.full_retrain_fraction * n)
-    return prefix, feat, incremental
+def _shapes(jobs: list[Job], opts: StoreOptions) -> tuple[np.ndarray, np.ndarray, list[bool]]:
+    """A :func:`~learnedidx.index.fitting.fit_jobs` table of the jobs (groups of at least two
+    keys), each one's prefix and feature length (one compiled call), and whether it may
+    start from its memo (the same prefix and features, and few enough deletes since)."""
+    table = np.zeros((len(jobs), F.J_COLS), np.int64)
+    for t, job in enumerate(jobs):
+        if job.offs.size < job.n + 1 or job.offs[0] < 0 or job.offs[job.n] > job.kbytes.size:
+            raise LearnedIdxError("key offsets past the key bytes")  # read without bounds checks
+        table[t, [F.J_KB, F.J_KBLEN, F.J_OFFS, F.J_N]] = (job.kbytes.ctypes.data, job.kbytes.size,
+                                                          job.offs.ctypes.data, job.n)
+    shapes = np.zeros((len(jobs), 2), np.int64)
+    F.shape_jobs(table, opts.max_features, shapes)
+    incremental = [job.memo is not None and job.memo.prefix == prefix and job.memo.feat == feat
+                   and job.deletes <= opts.full_retrain_fraction * job.n
+                   for job, (prefix, feat) in zip(jobs, shapes.tolist())]
+    return table, shapes, incremental
 
 
 def fit_local(jobs: list[Job], retrainer: Retrainer, opts: StoreOptions, parts: int = 1,
@@ -296,7 +303,8 @@ def fit(job: Job, retrainer: Retrainer, opts: StoreOptions, in_process: bool = F
     n, offs, kb = job.n, job.offs, job.kbytes
     if n <= 1:
         return Fit(np.zeros(1), 0, 0, None, False)
-    prefix, feat, incremental = _shape(job, opts)
+    _, shapes, incr = _shapes([job], opts)
+    (prefix, feat), incremental = shapes[0].tolist(), incr[0]
     A = K.build_features(kb, offs, 0, n, prefix, feat)
     b = np.arange(n, dtype=np.float64)
     if incremental:
@@ -311,28 +319,38 @@ def fit(job: Job, retrainer: Retrainer, opts: StoreOptions, in_process: bool = F
 def fit_many(jobs: list[Job], retrainer: Retrainer, opts: StoreOptions) -> list[Fit]:
     """The new models of several groups: one ``train_keys`` call of the trainer for all of
     them (the keys travel, not feature rows); a job the trainer did not answer is trained
-    in-process."""
-    shaped = [(job, *_shape(job, opts)) if job.n > 1 else None for job in jobs]
+    in-process.  The store's own steps are one compiled call each for the whole batch: the
+    jobs' shapes, and the answers refined with the trainer's factors (iterative refinement
+    in float64, :func:`~learnedidx.index.fitting.refined_bounds`) with their exact error
+    bounds."""
+    sized = [job for job in jobs if job.n > 1]
+    table, shapes, incr = _shapes(sized, opts)
     keyed = []
-    for s in shaped:
-        if s is None:
-            continue
-        job, prefix, feat, incremental = s
+    for job, (prefix, feat), incremental in zip(sized, shapes.tolist(), incr):
         new = KeyBatch.joined([(b.arena, b.offsets) for b in job.pending]) if incremental else None
         keyed.append(KeysJob(job.kbytes, job.offs[:job.n + 1], prefix, feat, job.memo.R if incremental else None,
                              new.arena if new else None, new.offsets if new else None))
-    results = iter(retrainer.train_keys(keyed) if keyed else [])
+    results = retrainer.train_keys(keyed) if keyed else []
+    mm = opts.max_features + 1
+    coef, R = np.zeros((len(sized), mm)), np.zeros((len(sized), mm, mm))
+    for t, res in enumerate(results):
+        if res is not None:
+            w = len(res[1])
+            coef[t, :w], R[t, :w, :w] = res[1], res[0]
+    bounds = np.zeros((len(sized), 2), np.int64)
+    # The models refined with the trainer's factors (an FP32 device's fit is off by many
+    # positions) and their exact bounds computed here, without the writer lock, for
+    # publish to use while the groups still have these keys (never taken from the trainer).
+    F.bound_jobs(table, shapes, coef, R, _REFINE_STEPS, bounds)
+    answer = {id(job): t for t, job in enumerate(sized)}
     fits = []
-    for job, s in zip(jobs, shaped):
-        res = next(results) if s is not None else None
-        if res is None:
+    for job in jobs:
+        t = answer.get(id(job))
+        if t is None or results[t] is None:
             fits.append(fit(job, retrainer, opts, in_process=True))
         else:
-            _, prefix, feat, incremental = s
-            # Exact bounds computed here, without the writer lock, for publish to use while
-            # the group still has these keys (never taken from the trainer).
-            lo, hi = K.error_bounds(job.kbytes, job.offs, 0, job.n, prefix, feat, res[1])
-            fits.append(Fit(res[1], prefix, feat, res[0], incremental, (int(lo), int(hi))))
+            (prefix, feat), (lo, hi) = shapes[t].tolist(), bounds[t].tolist()
+            fits.append(Fit(coef[t, :feat + 1].copy(), prefix, feat, results[t][0], incr[t], (lo, hi)))
     return fits
 
 

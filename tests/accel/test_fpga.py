@@ -268,6 +268,37 @@ def test_a_job_given_by_its_keys_is_the_job_of_its_rows(precision):
         assert np.allclose(A @ got[1], b, atol=len(b))  # and it is a fit
 
 
+def test_many_jobs_in_one_call_are_each_job_alone():
+    """``keys_many`` (one compiled call for a batch: a background retrainer takes the GIL
+    back once per batch) answers each job exactly as ``keys`` answers it alone; a job with
+    offsets past its key bytes anywhere in the batch refuses the batch."""
+    from learnedidx.errors import LearnedIdxError
+    from learnedidx.index.training import KeysJob
+
+    rng = np.random.default_rng(8)
+    dp = FpgaDatapath()
+
+    def keys(n, width):
+        ks = sorted({b"k%0*d" % (width, x) for x in rng.integers(0, 10 ** width, n)})
+        return np.frombuffer(b"".join(ks), np.uint8), np.cumsum([0] + [len(k) for k in ks]).astype(np.int64)
+
+    jobs = []
+    for n, width, feat in ((500, 6, 6), (2000, 9, 9), (40, 12, 5), (900, 7, 7)):
+        arena, offs = keys(n, width)
+        jobs.append(KeysJob(arena, offs, 1, feat))
+    R0 = dp.keys(jobs[1])[0]
+    new_arena, new_offs = keys(100, 9)
+    jobs += [KeysJob(jobs[1].arena, jobs[1].offsets, 1, 9, R0, new_arena, new_offs),
+             KeysJob(jobs[1].arena, jobs[1].offsets, 1, 9, R0)]
+    together = dp.keys_many(jobs)
+    for job, (R, x, cycles) in zip(jobs, together):
+        alone = dp.keys(job)
+        assert (R.tobytes(), x.tobytes(), cycles) == (alone[0].tobytes(), alone[1].tobytes(), alone[2])
+    bad = KeysJob(jobs[0].arena, jobs[0].offsets + 1, 1, 6)  # its last key runs past the bytes
+    with pytest.raises(LearnedIdxError, match="past the key bytes"):
+        dp.keys_many([jobs[2], bad, jobs[3]])
+
+
 def test_a_job_given_by_its_keys_is_checked_before_the_compiled_call():
     from learnedidx.errors import LearnedIdxError
     from learnedidx.index.training import KeysJob
@@ -280,3 +311,34 @@ def test_a_job_given_by_its_keys_is_checked_before_the_compiled_call():
         dp.keys(KeysJob(arena, np.array([0, 4, 8], np.int64), 0, 4, np.eye(5), arena, np.array([-1, 3], np.int64)))
     with pytest.raises(LearnedIdxError, match="R_old of shape"):
         dp.keys(KeysJob(arena, np.array([0, 4, 8], np.int64), 0, 4, np.eye(4)))
+
+
+def _weighted_window(db) -> float:
+    from learnedidx.index import layout as L
+
+    tab = db._live.tab[db._live.root_order()]
+    n = tab[:, L.T_N]
+    return float(((tab[:, L.T_ERRHI] - tab[:, L.T_ERRLO] + 1) * n).sum() / n.sum())
+
+
+def test_models_trained_on_the_fp32_device_are_as_narrow_as_cpu_ones():
+    """The FP32 device's fits of groups of YCSB-like keys (decimal numbers of varying length
+    after a shared prefix) predict positions off by hundreds; the store refines each answer
+    on the host with the device's own R (float64 residuals), so lookups search windows as
+    narrow as with the cpu trainer's float64 fits."""
+    import learnedidx
+
+    rng = np.random.default_rng(9)
+    keys = [b"user%d" % x for x in rng.integers(0, 2 ** 63 - 1, 120_000, dtype=np.int64)]
+    windows = {}
+    for trainer in ("cpu", "fpga-emu"):
+        with learnedidx.open(retrain="background", trainer=trainer) as db:
+            db.put_many(keys[:20_000], keys[:20_000])
+            for k in keys[20_000:]:  # groups grow by fold-ins and retrain incrementally
+                db.put(k, k)
+            db.retrain_now()
+            st = db.stats()
+            assert st["retrains_incremental"] > 0 and not st["trainer_failed"]
+            windows[trainer] = _weighted_window(db)
+            assert db.get_many(keys[::7]) == keys[::7]
+    assert windows["fpga-emu"] <= 1.25 * windows["cpu"] + 8, windows
