@@ -263,14 +263,19 @@ def prefetch_window(heads, offs, vit, a, b) -> None:
 
 
 _NEAR = 128  # a lookup's search starts with the entries this close to the model's prediction
+_NEAR_SLOTS = 32  # and loads the offsets and value slots of those this close (most answers)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def prefetch_entries(heads, offs, vit, lo, hi) -> None:
-    """Start loading every line of the heads, offsets and value slots of entries [lo, hi)."""
+def prefetch_entries(heads, offs, vit, lo, hi, p) -> None:
+    """Start loading every line of the heads of entries [lo, hi), and of the offsets and
+    value slots of those within ``_NEAR_SLOTS`` of ``p`` (a search reads one of these, and
+    loading all would evict more of the caller's lines than it saves)."""
     last = heads.shape[0] - 1
     for i in range(lo, hi + 8, 8):
         prefetch(heads, min(i, last))
+    c = min(max(p, lo), hi - 1)
+    for i in range(max(lo, c - _NEAR_SLOTS), min(hi, c + _NEAR_SLOTS) + 8, 8):
         prefetch(offs, min(i, last + 1))
         prefetch_address(vit + 8 * i)
 
@@ -300,8 +305,9 @@ def merged_find(row, crow, qp, ql) -> int:
     """Position of the query among the group's merged keys, or -1.
 
     One query alone waits for each miss of its search in turn, so the search's lines are
-    loaded together first: the heads, offsets and value slots of every entry within
-    ``_NEAR`` of the model's prediction (the whole window, for most groups).  Then the value
+    loaded together first: the heads of every entry within ``_NEAR`` of the model's
+    prediction (the whole window, for most groups), and the offsets and value slots of the
+    nearest (:func:`prefetch_entries`).  Then the value
     object at the heads search's answer is prefetched before the key compare that confirms
     it (that load overlaps the compare's misses)."""
     a, b, qh, p = predicted_window(row, crow, qp, ql)
@@ -311,7 +317,7 @@ def merged_find(row, crow, qp, ql) -> int:
     heads, offs, base = merged(row)
     vit = row[T_VITEMS]
     lo, hi = near(a, b, p)
-    prefetch_entries(heads, offs, vit, lo, hi)
+    prefetch_entries(heads, offs, vit, lo, hi, p)
     r = near_bound(heads, qh, a, b, lo, hi)
     if r < b:
         prefetch_address(item(vit, r))
