@@ -7,8 +7,10 @@ A configuration that deferred work has not finished when its run ends, so the th
 compared between configurations is over the run and its drain together; the run alone is
 shown beside it, with the retrains done during the run, the backlog at its end (keys written
 but not yet in a trained model), the writers' stalls, the server's busy and modelled device
-time, and the process's peak resident size during the run beside its resident size once
-the run's writes are folded in and retrained (the streams of the workload are in both)."""
+time, and the store's memory: the growth of the process's resident size over what it held
+before the load (the workload's streams, the kernels, an empty store), at its peak during
+the run (from the first operation, the runner's own arrays already made) and at rest once
+the run's writes are folded in and retrained."""
 from __future__ import annotations
 
 import gc
@@ -65,10 +67,13 @@ def run_config(workload: str, records: int, operations: int, seed: int, options:
         opts["trainer_options"] = {"socket": socket}
     ad = get_adapter("learnedidx", **opts)
     try:
+        gc.collect()
+        trim_heap()
+        base = status_kib("VmRSS")  # the streams, the warmed-up kernels, an empty store
         execute(ad, load, mode="batch", phase="load")  # finished: every group trained
-        reset_peak()
         before, dev0 = ad.db.stats(), _device(socket)
-        rep = execute(ad, run, mode="per-op", finish=False)  # the drain is timed below
+        # the peak counts from the first operation, the runner's own arrays already made
+        rep = execute(ad, run, mode="per-op", finish=False, on_start=reset_peak)  # the drain is timed below
         peak = status_kib("VmHWM")
         mid = ad.db.stats()
         t0 = time.perf_counter()
@@ -90,7 +95,7 @@ def run_config(workload: str, records: int, operations: int, seed: int, options:
         "stall_s": mid["stall_seconds"] - before["stall_seconds"],
         "busy_s": dev1["busy_seconds"] - dev0["busy_seconds"],
         "modelled_s": dev1["modelled_seconds"] - dev0["modelled_seconds"],
-        "peak_mib": peak / 1024, "rest_mib": rest / 1024,
+        "peak_mib": (peak - base) / 1024, "rest_mib": (rest - base) / 1024,
         "fallback": after["trainer_failed"],
     }
 
@@ -131,7 +136,8 @@ def register(app: typer.Typer) -> None:
                     rows.append([wl, name, r["ops"] / r["run_s"], equal, equal / base, r["p99_us"],
                                  r["retrains_run"], r["backlog_end"], r["drain_s"],
                                  f'{r["stalls"]} / {r["stall_s"]:.2f}', r["busy_s"], r["modelled_s"],
-                                 r["peak_mib"], r["rest_mib"], "fallback!" if r["fallback"] else "ok"])
+                                 r["peak_mib"], r["rest_mib"], r["peak_mib"] / r["rest_mib"],
+                                 "fallback!" if r["fallback"] else "ok"])
                 same = len(set(digests.values())) == 1
                 console.print(f"{wl}: read results identical across configurations: {same}")
         finally:
@@ -141,4 +147,5 @@ def register(app: typer.Typer) -> None:
                     "retraining drained",
                     ["workload", "retraining", "run ops/s", "ops/s with drain", "vs (a), equal work", "p99 us",
                      "retrains in run", "backlog at end", "drain s", "stalls / s", "server busy s",
-                     "modelled device s", "peak MiB in run", "MiB at rest after", "trainer"], rows)
+                     "modelled device s", "store peak MiB in run", "store MiB at rest after", "peak / rest",
+                     "trainer"], rows)

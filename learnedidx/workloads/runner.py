@@ -131,8 +131,11 @@ Progress = Callable[[int], None]
 
 
 def execute(adapter: Adapter, stream: OpStream, *, mode: str = "per-op", phase: str = "run",
-            progress: Progress | None = None, threads: int = 1, finish: bool = True) -> Report:
-    """Run ``stream`` against ``adapter``; ``progress(n)`` is called with each ``n`` ops done.
+            progress: Progress | None = None, threads: int = 1, finish: bool = True,
+            on_start: Callable[[], None] | None = None) -> Report:
+    """Run ``stream`` against ``adapter``; ``progress(n)`` is called with each ``n`` ops done,
+    ``on_start()`` once the runner's own arrays are made, just before the first operation
+    (one thread: a memory measure of the run then counts the peer's memory only).
 
     With ``finish`` the clock stops only when the adapter has finished the work it deferred
     (:meth:`Adapter.finish`: the learned index folds its insert buffers in and retrains
@@ -158,7 +161,7 @@ def execute(adapter: Adapter, stream: OpStream, *, mode: str = "per-op", phase: 
     gc.freeze()
 
     def work(t: int) -> None:
-        results[t] = run(adapter, parts[t], progress)
+        results[t] = run(adapter, parts[t], progress, on_start if threads == 1 else None)
 
     if threads == 1:
         work(0)
@@ -183,10 +186,11 @@ def execute(adapter: Adapter, stream: OpStream, *, mode: str = "per-op", phase: 
     return rep
 
 
-def _per_op(adapter: Adapter, stream: OpStream, progress: Progress | None) -> tuple[dict, int, int]:
+def _per_op(adapter: Adapter, stream: OpStream, progress: Progress | None,
+            on_start: Callable[[], None] | None) -> tuple[dict, int, int]:
     ops = stream.ops.tolist()
     if SCAN in set(ops):
-        return _per_op_scans(adapter, stream, progress)
+        return _per_op_scans(adapter, stream, progress, on_start)
     # Point operations only: latencies to a flat array and read results (references, no
     # copies) to a list, both read after the run, so that the loop does no more than call
     # and time (recording into an HdrHistogram from Python costs more than some peers'
@@ -197,6 +201,8 @@ def _per_op(adapter: Adapter, stream: OpStream, progress: Progress | None) -> tu
     reads: list = [None] * n
     get, put, delete = adapter.get, adapter.put, adapter.delete
     clock = time.perf_counter_ns
+    if on_start is not None:
+        on_start()
     start = clock()
     for i, o in enumerate(ops):
         if o == READ:
@@ -237,7 +243,8 @@ def _histograms(latencies: dict) -> dict:
     return hists
 
 
-def _per_op_scans(adapter: Adapter, stream: OpStream, progress: Progress | None) -> tuple[dict, int, int]:
+def _per_op_scans(adapter: Adapter, stream: OpStream, progress: Progress | None,
+                  on_start: Callable[[], None] | None) -> tuple[dict, int, int]:
     """Per-op runs with scans: every result is digested as it comes, off the clock (scan
     results are too large to keep)."""
     ops = stream.ops.tolist()
@@ -250,6 +257,8 @@ def _per_op_scans(adapter: Adapter, stream: OpStream, progress: Progress | None)
     clock = time.perf_counter_ns
     digest = _Digest()
     digest_ns = 0
+    if on_start is not None:
+        on_start()
     start = clock()
     for i, o in enumerate(ops):
         t0 = clock()
@@ -334,11 +343,14 @@ def _plan(stream: OpStream) -> list[tuple]:
     return plan
 
 
-def _batched(adapter: Adapter, plan: list[tuple], progress: Progress | None) -> tuple[dict, int, int]:
+def _batched(adapter: Adapter, plan: list[tuple], progress: Progress | None,
+             on_start: Callable[[], None] | None) -> tuple[dict, int, int]:
     hists: dict[str, HdrHistogram] = {}
     clock = time.perf_counter_ns
     digest = _Digest()
     digest_ns = 0
+    if on_start is not None:
+        on_start()
     start = clock()
     for o, args, counts in plan:
         t0 = clock()
