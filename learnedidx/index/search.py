@@ -262,42 +262,23 @@ def prefetch_window(heads, offs, vit, a, b) -> None:
             prefetch(heads, i)
 
 
-_NEAR = 128  # a lookup's search starts with the entries this close to the model's prediction
-_NEAR_SLOTS = 32  # and loads the offsets and value slots of those this close (most answers)
+_WHOLE = 256  # a lookup loads a window of up to this many entries whole
+_NEAR_SLOTS = 32  # and the offsets and value slots of those this close to the prediction
 
 
 @njit(cache=True, nogil=True, inline="always")
-def prefetch_entries(heads, offs, vit, lo, hi, p) -> None:
-    """Start loading every line of the heads of entries [lo, hi), and of the offsets and
-    value slots of those within ``_NEAR_SLOTS`` of ``p`` (a search reads one of these, and
-    loading all would evict more of the caller's lines than it saves)."""
+def prefetch_entries(heads, offs, vit, a, b, p) -> None:
+    """Start loading every line of the heads of the window ``[a, b)``, and of the offsets
+    and value slots of its entries within ``_NEAR_SLOTS`` of the prediction ``p`` (most
+    answers lie there: the error bounds are the worst case, and loading every slot would
+    evict more of the caller's lines than it saves)."""
     last = heads.shape[0] - 1
-    for i in range(lo, hi + 8, 8):
+    for i in range(a, b + 8, 8):
         prefetch(heads, min(i, last))
-    c = min(max(p, lo), hi - 1)
-    for i in range(max(lo, c - _NEAR_SLOTS), min(hi, c + _NEAR_SLOTS) + 8, 8):
+    c = min(max(p, a), b - 1)
+    for i in range(max(a, c - _NEAR_SLOTS), min(b, c + _NEAR_SLOTS) + 8, 8):
         prefetch(offs, min(i, last + 1))
         prefetch_address(vit + 8 * i)
-
-
-@njit(cache=True, nogil=True, inline="always")
-def near(a, b, p):
-    """``[lo, hi)``: the entries of the window ``[a, b)`` within ``_NEAR`` of the model's
-    prediction ``p``."""
-    c = min(max(p, a), b - 1)
-    return max(a, c - _NEAR), min(b, c + _NEAR)
-
-
-@njit(cache=True, nogil=True)
-def near_bound(heads, qh, a, b, lo, hi) -> int:
-    """:func:`heads_bound` over ``[a, b)``, starting with its entries ``[lo, hi)``: most keys
-    lie near the prediction (the error bounds are the worst case), and those entries' lines
-    were prefetched together."""
-    if lo > a and heads[lo] >= qh:
-        return heads_bound(heads, qh, a, lo)
-    if hi < b and heads[hi - 1] < qh:
-        return heads_bound(heads, qh, hi, b)
-    return heads_bound(heads, qh, lo, hi)
 
 
 @njit(cache=True, nogil=True)
@@ -305,20 +286,24 @@ def merged_find(row, crow, qp, ql) -> int:
     """Position of the query among the group's merged keys, or -1.
 
     One query alone waits for each miss of its search in turn, so the search's lines are
-    loaded together first: the heads of every entry within ``_NEAR`` of the model's
-    prediction (the whole window, for most groups), and the offsets and value slots of the
-    nearest (:func:`prefetch_entries`).  Then the value
-    object at the heads search's answer is prefetched before the key compare that confirms
-    it (that load overlaps the compare's misses)."""
+    loaded together first: a window of up to ``_WHOLE`` entries (most groups') whole, its
+    heads and the offsets and value slots nearest the prediction (:func:`prefetch_entries`),
+    so that its search costs one wave of misses; of a wider window, the lines of the first
+    probes (:func:`prefetch_window`: such models fit their keys badly, and loading the
+    whole window cost more than it saved).  Then the value object at the heads search's
+    answer is prefetched before the key compare that confirms it (that load overlaps the
+    compare's misses)."""
     a, b, qh, p = predicted_window(row, crow, qp, ql)
     if a < 0:
         rr, eq = finish(row, qp, ql, qh, a, b, a)
         return exact(row, qp, ql, rr, eq)
     heads, offs, base = merged(row)
     vit = row[T_VITEMS]
-    lo, hi = near(a, b, p)
-    prefetch_entries(heads, offs, vit, lo, hi, p)
-    r = near_bound(heads, qh, a, b, lo, hi)
+    if b - a <= _WHOLE:
+        prefetch_entries(heads, offs, vit, a, b, p)
+    else:
+        prefetch_window(heads, offs, vit, a, b)
+    r = heads_bound(heads, qh, a, b)
     if r < b:
         prefetch_address(item(vit, r))
         prefetch_address(base + offs[r])

@@ -185,14 +185,14 @@ def _apply(live: LiveIndex, ks: list, vs: list) -> list:
     """A batch as the store makes it: the compiled call, then a fold-in or a copy where it
     stops, then on from where it stopped."""
     out = [None] * len(ks)
-    counts = np.zeros(2, np.int64)
+    counts = np.zeros(1, np.int64)
     t = 0
     while True:
         code = E["apply_many"](live.addr, id(ks), id(vs), id(out), t, counts)
         t, op = code >> O.GROUP_SHIFT, code & 0xFF
         if op == O.C_UPDATED:
             return out
-        g = int(counts[1])
+        g = int(counts[0])
         if op == O.C_NEED_COW:
             live.copy_group(g)
         elif op in (O.C_FULL, O.C_INSERTED_FULL):
@@ -234,13 +234,13 @@ def test_apply_many_does_the_operations_before_a_bad_key_in_a_lane_and_stops_the
     ks = [b"k001", b"new1", b"new1", b"", b"k002"]
     vs = [None, b"a", None, b"b", b"c"]
     out = [None] * 5
-    code = E["apply_many"](live.addr, id(ks), id(vs), id(out), 0, np.zeros(2, np.int64))
+    code = E["apply_many"](live.addr, id(ks), id(vs), id(out), 0, np.zeros(1, np.int64))
     assert (code >> O.GROUP_SHIFT, code & 0xFF) == (3, O.C_BAD_KEY)
     assert out == [b"v", None, b"a", None, None]
     assert E["get"](live.addr, b"new1") == b"a" and E["get"](live.addr, b"k002") == b"v"
     vs[3] = 7  # a value that is not bytes: the same
     ks[3] = b"k003"
-    code = E["apply_many"](live.addr, id(ks), id(vs), id(out), 1, np.zeros(2, np.int64))
+    code = E["apply_many"](live.addr, id(ks), id(vs), id(out), 1, np.zeros(1, np.int64))
     assert (code >> O.GROUP_SHIFT, code & 0xFF) == (3, O.C_BAD_VALUE)
 
 
