@@ -258,18 +258,21 @@ def refined_bounds(kb, offs, n, prefix, feat, coef, R, steps):
     factors in FP32 (the emulated FPGA) answers coefficients whose predictions can be off by
     many positions; a step or two on the host brings them to the float64 least-squares
     fit, one pass over the keys each.  Stops when a step would move no prediction by half
-    a position, keeps the model of the narrowest bounds seen, and returns those exact
-    error bounds."""
+    a position, or when the last step narrowed the bounds by less than an eighth (the fit
+    has converged as far as the trainer's factor allows: another pass would cost as much
+    as the first and gain nothing); keeps the model of the narrowest bounds seen, and
+    returns those exact error bounds."""
     w = feat + 1
     g = np.zeros(w)
     best = coef[:w].copy()
     blo, bhi = 0, -1
     for it in range(steps + 1):
         lo, hi = K.residual_bounds(kb, offs, 0, n, prefix, feat, coef, g)
+        converged = it > 0 and 8 * ((bhi - blo) - (hi - lo)) < bhi - blo
         if bhi < blo or hi - lo < bhi - blo:
             blo, bhi = lo, hi
             best[:] = coef[:w]
-        if it == steps:
+        if it == steps or converged:
             break
         d = Q.back_substitute(R, Q.forward_substitute_t(R, g))
         move = abs(d[0])

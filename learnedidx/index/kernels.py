@@ -9,8 +9,9 @@ retraining (:mod:`learnedidx.index.retrainer`) use these; lookups in a live inde
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import carray, njit
 
+from learnedidx.index.layout import i64_at, u8_at
 from learnedidx.native import load_be64
 
 # Columns of the group matrix ``gint`` of a bulk build's fits (learnedidx.index.fitting.Fits).
@@ -57,22 +58,46 @@ def build_features(arena, offsets, start, stop, prefix_len, feat_len):
     return A
 
 
+#: Columns of :func:`feature_bytes_many`'s table, a row per run of keys: where its key bytes
+#: and offsets lie (addresses and sizes; the caller keeps them alive), and the bytes of
+#: each key that its feature row reads (from ``prefix`` on, at most ``feat``).
+FB_ARENA, FB_ALEN, FB_OFFS, FB_N, FB_PREFIX, FB_FEAT, FB_COLS = range(7)
+
+
 @njit(cache=True, nogil=True)
-def feature_bytes(arena, offsets, start, stop, prefix_len, feat_len):
-    """``(arena, offsets)`` of the bytes :func:`build_features` reads of keys start..stop-1:
-    each key's bytes from ``prefix_len``, at most ``feat_len`` of them.  With prefix 0 they
-    have the keys' feature rows."""
-    n = stop - start
-    o = np.zeros(n + 1, np.int64)
-    for r in range(n):
-        a = offsets[start + r] + prefix_len
-        o[r + 1] = o[r] + max(0, min(feat_len, offsets[start + r + 1] - a))
-    out = np.empty(o[n], np.uint8)
-    for r in range(n):
-        a = offsets[start + r] + prefix_len
-        for j in range(o[r + 1] - o[r]):
-            out[o[r] + j] = arena[a + j]
-    return out, o
+def feature_bytes_many(runs):
+    """The bytes :func:`build_features` reads of the keys of every run of ``runs`` (see
+    ``FB_*``), joined as one batch ``(arena, offsets)``: with prefix 0 they have the keys'
+    feature rows.  One call for a whole request: a background retrainer waits for a busy
+    writer's GIL after every call.  The third result is -1, or the first run whose offsets
+    lie outside its key bytes (then nothing is copied)."""
+    total = 0
+    for t in range(runs.shape[0]):
+        n, size = runs[t, FB_N], runs[t, FB_ALEN]
+        offs = carray(i64_at(runs[t, FB_OFFS]), n + 1)
+        for i in range(n + 1):
+            if offs[i] < 0 or offs[i] > size:
+                return np.zeros(0, np.uint8), np.zeros(1, np.int64), t
+        total += n
+    o = np.zeros(total + 1, np.int64)
+    k = 0
+    for t in range(runs.shape[0]):
+        n, prefix, feat = runs[t, FB_N], runs[t, FB_PREFIX], runs[t, FB_FEAT]
+        offs = carray(i64_at(runs[t, FB_OFFS]), n + 1)
+        for i in range(n):
+            o[k + 1] = o[k] + max(0, min(feat, offs[i + 1] - offs[i] - prefix))
+            k += 1
+    out = np.empty(o[total], np.uint8)
+    k = 0
+    for t in range(runs.shape[0]):
+        n, prefix = runs[t, FB_N], runs[t, FB_PREFIX]
+        arena, offs = carray(u8_at(runs[t, FB_ARENA]), runs[t, FB_ALEN]), carray(i64_at(runs[t, FB_OFFS]), n + 1)
+        for i in range(n):
+            a = offs[i] + prefix
+            for j in range(o[k + 1] - o[k]):
+                out[o[k] + j] = arena[a + j]
+            k += 1
+    return out, o, -1
 
 
 @njit(cache=True, nogil=True)

@@ -10,9 +10,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from learnedidx.errors import ProtocolError, RemoteError, ServerUnavailableError
-from learnedidx.index.kernels import error_bounds, feature_bytes
-from learnedidx.index.keys import KeyBatch
+from learnedidx.errors import LearnedIdxError, ProtocolError, RemoteError, ServerUnavailableError
+from learnedidx.index.kernels import FB_COLS, error_bounds, feature_bytes_many
 from learnedidx.index.training import KeysJob, TrainResult
 from learnedidx.server.client import Client
 
@@ -44,7 +43,7 @@ class ServerBackend:
         self._no_keys = -1  # the connection (Client.generation) on which train.keys was unknown
         # Compiled now, not in a retrain: the trimming of a job's keys, and the exact error
         # bounds the store's retrainer computes for each answer.
-        feature_bytes(np.zeros(2, np.uint8), np.arange(3, dtype=np.int64), 0, 2, 0, 1)
+        feature_bytes_many(np.zeros((0, FB_COLS), np.int64))
         error_bounds(np.zeros(2, np.uint8), np.arange(3, dtype=np.int64), 0, 2, 0, 1, np.zeros(2))
 
     def feature_limit(self) -> int | None:
@@ -97,15 +96,19 @@ class ServerBackend:
         returned this way are not kept on the server (``cache_r`` covers the one-group calls)."""
         if self._no_keys == self.client.generation:
             return [self._train_rows(j) for j in jobs]
-        parts, spec = [], []
+        runs, keep, spec = [], [], []
         for j in jobs:
-            # Only the bytes the feature rows read travel (with prefix 0, the same rows).
-            parts.append(feature_bytes(j.arena, j.offsets, 0, j.n, j.prefix, j.feat))
-            if j.new:
-                parts.append(feature_bytes(j.new_arena, j.new_offsets, 0, j.new, j.prefix, j.feat))
+            for arena, offsets, n in [(j.arena, j.offsets, j.n)] + ([(j.new_arena, j.new_offsets, j.new)] if j.new else []):
+                arena, offsets = np.ascontiguousarray(arena, np.uint8), np.ascontiguousarray(offsets[:n + 1], np.int64)
+                keep.append((arena, offsets))  # what the table points into, alive until the call returns
+                runs.append((arena.ctypes.data, arena.size, offsets.ctypes.data, n, j.prefix, j.feat))
             spec.append({"n": j.n, "new": j.new, "prefix": 0, "feat": j.feat, "incremental": j.R_old is not None})
-        batch = KeyBatch.joined(parts)
-        arrays = {"keys": batch.arena, "offsets": batch.offsets}
+        # Only the bytes the feature rows read travel (with prefix 0, the same rows).
+        keys, offsets, bad = feature_bytes_many(np.array(runs, np.int64).reshape(-1, FB_COLS))
+        del keep
+        if bad >= 0:
+            raise LearnedIdxError("key offsets past the key bytes")
+        arrays = {"keys": keys, "offsets": offsets}
         olds = [np.asarray(j.R_old, np.float64).reshape(-1) for j in jobs if j.R_old is not None]
         if olds:
             arrays["R_old"] = np.concatenate(olds)

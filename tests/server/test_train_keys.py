@@ -87,6 +87,25 @@ def test_train_keys_trains_what_the_one_group_calls_train(tmp_path, device):
         proc.stop()
 
 
+def test_a_job_whose_offsets_leave_its_key_bytes_is_refused_before_anything_is_sent(tmp_path):
+    """The client copies the bytes each feature row reads, unchecked by bounds inside the
+    compiled copy: offsets outside a job's key bytes must stop the request first."""
+    proc = spawn(str(tmp_path / "accel.sock"), backend="cpu")
+    try:
+        be = ServerBackend(socket=proc.socket_path, cache_r=False)
+        jobs, _ = _jobs(np.random.default_rng(3))
+        j = jobs[2]
+        for bad in (KeysJob(j.arena, j.offsets + 10_000, j.prefix, j.feat),  # the group's keys
+                    KeysJob(j.arena, j.offsets, j.prefix, j.feat, j.R_old, j.new_arena, j.new_offsets - 1)):  # its new ones
+            with pytest.raises(learnedidx.errors.LearnedIdxError, match="key offsets"):
+                be.train_keys(jobs[:2] + [bad])
+        with Client(proc.socket_path) as c:
+            assert c.call("stats")[0]["ops"].get("train.keys", 0) == 0
+        assert len(be.train_keys(jobs)) == len(jobs)  # and the backend serves on
+    finally:
+        proc.stop()
+
+
 def _forged(jobs, keys, offsets, r_old=None) -> tuple[dict, dict]:
     arrays = {"keys": keys, "offsets": offsets}
     if r_old is not None:
