@@ -9,7 +9,8 @@ shown beside it, with the retrains done during the run, the backlog at its end (
 but not yet in a trained model), the writers' stalls, the server's busy and modelled device
 time, and the store's memory: the growth of the process's resident size over what it held
 before the load (the workload's streams, the kernels, an empty store), at its peak during
-the run (from the first operation, the runner's own arrays already made) and at rest once
+the run (what it held once loaded, plus the process's growth from the run's first
+operation, when the runner's own arrays for the run are already made) and at rest once
 the run's writes are folded in and retrained."""
 from __future__ import annotations
 
@@ -71,10 +72,18 @@ def run_config(workload: str, records: int, operations: int, seed: int, options:
         trim_heap()
         base = status_kib("VmRSS")  # the streams, the warmed-up kernels, an empty store
         execute(ad, load, mode="batch", phase="load")  # finished: every group trained
+        gc.collect()
+        trim_heap()
+        loaded = status_kib("VmRSS")
         before, dev0 = ad.db.stats(), _device(socket)
-        # the peak counts from the first operation, the runner's own arrays already made
-        rep = execute(ad, run, mode="per-op", finish=False, on_start=reset_peak)  # the drain is timed below
-        peak = status_kib("VmHWM")
+        start = []
+
+        def started() -> None:  # the runner's own arrays are made: the store's growth counts from here
+            reset_peak()
+            start.append(status_kib("VmRSS"))
+
+        rep = execute(ad, run, mode="per-op", finish=False, on_start=started)  # the drain is timed below
+        peak = loaded + status_kib("VmHWM") - start[0]  # the store's peak, without the runner's arrays
         mid = ad.db.stats()
         t0 = time.perf_counter()
         ad.db.retrain_now()

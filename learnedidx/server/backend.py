@@ -131,7 +131,9 @@ class ServerBackend:
             raise ProtocolError("the server's train.keys reply does not match the request")
         res, ra, ca = [], 0, 0
         for w, c in zip(widths, cycles):
-            res.append(TrainResult(R=out["R"][ra:ra + w * w].reshape(w, w), coef=out["coef"][ca:ca + w],
+            # Copies: a view would keep the whole reply alive for as long as any one of its
+            # groups keeps this R as its memo.
+            res.append(TrainResult(R=out["R"][ra:ra + w * w].reshape(w, w).copy(), coef=out["coef"][ca:ca + w].copy(),
                                    seconds=seconds, device_cycles=int(c)))
             ra += w * w
             ca += w
