@@ -257,10 +257,11 @@ def refined_bounds(kb, offs, n, prefix, feat, coef, R, steps):
     ``coef += (RᵀR)⁻¹ Aᵀ(b - A·coef)``, the residuals taken in float64.  A trainer that
     factors in FP32 (the emulated FPGA) answers coefficients whose predictions can be off by
     many positions; a step or two on the host brings them to the float64 least-squares
-    fit, one pass over the keys each.  Stops when a step would move no prediction by half
-    a position, or when the last step narrowed the bounds by less than an eighth (the fit
-    has converged as far as the trainer's factor allows: another pass would cost as much
-    as the first and gain nothing); keeps the model of the narrowest bounds seen, and
+    fit, one pass over the keys each.  Stops when the fit has converged as far as the
+    trainer's factor allows, where another pass would cost as much as the first and gain
+    nothing: when a step would move no prediction by half a position, or move them by
+    less than 1/128 of the window in the root mean square, or when the last step narrowed
+    the bounds by less than an eighth; keeps the model of the narrowest bounds seen, and
     returns those exact error bounds."""
     w = feat + 1
     g = np.zeros(w)
@@ -278,7 +279,16 @@ def refined_bounds(kb, offs, n, prefix, feat, coef, R, steps):
         move = abs(d[0])
         for j in range(1, w):
             move += 255.0 * abs(d[j])
-        if not move >= 0.5:  # (NaN too)
+        # The step's root-mean-square move of the predictions, ‖A·d‖/√n = ‖R·d‖/√n: a step
+        # that moves them by less than 1/128 of the window narrows it by next to nothing,
+        # and checking that would cost a pass.
+        sq = 0.0
+        for i in range(w):
+            rd = 0.0
+            for j in range(i, w):
+                rd += R[i, j] * d[j]
+            sq += rd * rd
+        if not (move >= 0.5 and 128.0 * np.sqrt(sq / n) >= hi - lo):  # (NaN too)
             break
         for j in range(w):
             coef[j] += d[j]

@@ -212,7 +212,7 @@ class Retrainer:
 
 
 _NO_R = np.zeros((0, 0))
-_REFINE_STEPS = 3  # iterative refinement of a trainer's answer (fit_many)
+_REFINE_STEPS = 8  # most steps of iterative refinement of a trainer's answer (fit_many); converged fits stop sooner
 
 
 def _trusted(R: np.ndarray, coef: np.ndarray, width: int) -> bool:
