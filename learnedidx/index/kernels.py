@@ -138,26 +138,10 @@ def _key_error(arena, offsets, start, i, prefix_len, feat_len, coef_row):
     return (i - start) - np.int64(np.floor(q)), p
 
 
-@njit(cache=True, nogil=True)
-def error_bounds(arena, offsets, start, stop, prefix_len, feat_len, coef_row):
-    """Exact (err_lo, err_hi) of the model over keys start..stop-1: every key's rank r lies
-    in [floor(pred) + err_lo, floor(pred) + err_hi]."""
-    lo = 0
-    hi = 0
-    for i in range(start, stop):
-        e, _ = _key_error(arena, offsets, start, i, prefix_len, feat_len, coef_row)
-        if i == start or e < lo:
-            lo = e
-        if i == start or e > hi:
-            hi = e
-    return lo, hi
-
-
-@njit(cache=True, nogil=True)
-def residual_bounds(arena, offsets, start, stop, prefix_len, feat_len, coef_row, g):
-    """:func:`error_bounds`, and in the same pass ``g = Aᵀ(b - A·coef)``: the keys' feature
-    rows (:func:`build_features`) times their residuals (rank minus prediction)."""
-    g[:] = 0.0
+@njit(cache=True, nogil=True, inline="always")
+def _bounds_pass(arena, offsets, start, stop, prefix_len, feat_len, coef_row, g, residuals):
+    """One pass over keys start..stop-1: their exact error bounds, and with ``residuals``
+    ``g = Aᵀ(b - A·coef)`` as well."""
     lo = 0
     hi = 0
     for i in range(start, stop):
@@ -166,9 +150,25 @@ def residual_bounds(arena, offsets, start, stop, prefix_len, feat_len, coef_row,
             lo = e
         if i == start or e > hi:
             hi = e
-        r = (i - start) - p
-        g[0] += r
-        a = offsets[i] + prefix_len
-        for j in range(min(feat_len, offsets[i + 1] - a)):
-            g[1 + j] += r * arena[a + j]
+        if residuals:
+            r = (i - start) - p
+            g[0] += r
+            a = offsets[i] + prefix_len
+            for j in range(min(feat_len, offsets[i + 1] - a)):
+                g[1 + j] += r * arena[a + j]
     return lo, hi
+
+
+@njit(cache=True, nogil=True)
+def error_bounds(arena, offsets, start, stop, prefix_len, feat_len, coef_row):
+    """Exact (err_lo, err_hi) of the model over keys start..stop-1: every key's rank r lies
+    in [floor(pred) + err_lo, floor(pred) + err_hi]."""
+    return _bounds_pass(arena, offsets, start, stop, prefix_len, feat_len, coef_row, np.zeros(0), False)
+
+
+@njit(cache=True, nogil=True)
+def residual_bounds(arena, offsets, start, stop, prefix_len, feat_len, coef_row, g):
+    """:func:`error_bounds`, and in the same pass ``g = Aᵀ(b - A·coef)``: the keys' feature
+    rows (:func:`build_features`) times their residuals (rank minus prediction)."""
+    g[:] = 0.0
+    return _bounds_pass(arena, offsets, start, stop, prefix_len, feat_len, coef_row, g, True)
