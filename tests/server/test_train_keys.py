@@ -72,6 +72,8 @@ def test_train_keys_trains_what_the_one_group_calls_train(tmp_path, device):
             np.testing.assert_array_equal(res.coef, one.coef)
             assert res.device_cycles == one.device_cycles
             assert res.coef.shape == (job.feat + 1,)
+            # A group keeps its R as its memo: a view would keep the whole reply alive.
+            assert res.R.base is None and res.coef.base is None
             if device == "cpu" and len(b) > A.shape[1]:
                 # The oracle, by numpy: least squares (full), or SIA's normal equations
                 # RᵀR x = Aᵀb with R the factor of [R_old; A_delta] (incremental).
