@@ -23,7 +23,7 @@ from numba import carray, njit
 
 from learnedidx.accel.config import DeviceConfig
 from learnedidx.errors import ConfigError, LearnedIdxError
-from learnedidx.index.kernels import build_features
+from learnedidx.index.kernels import build_features, offsets_within
 from learnedidx.index.layout import f64_at, i64_at, u8_at
 from learnedidx.index.qr import back_substitute, forward_substitute_t
 from learnedidx.index.training import KeysJob
@@ -305,14 +305,6 @@ def emulate_keys(arena, offsets, n, prefix, feat, R_old, incremental, new_arena,
  E_COUT, E_COLS) = range(15)
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _within(offsets, size) -> bool:
-    for o in offsets:
-        if o < 0 or o > size:
-            return False
-    return True
-
-
 @njit(cache=True, nogil=True)
 def emulate_key_jobs(table, R_out, coef_out, blocks, width, ridge, probe) -> int:
     """:func:`emulate_keys` of every job of ``table`` (see ``E_*``; the caller keeps the
@@ -325,7 +317,7 @@ def emulate_key_jobs(table, R_out, coef_out, blocks, width, ridge, probe) -> int
         n, nn, w = j[E_N], j[E_NNEW], j[E_FEAT] + 1
         arena, offsets = carray(u8_at(j[E_ARENA]), j[E_ALEN]), carray(i64_at(j[E_OFFS]), n + 1)
         new_arena, new_offsets = carray(u8_at(j[E_NARENA]), j[E_NALEN]), carray(i64_at(j[E_NOFFS]), nn + 1)
-        if not (_within(offsets, arena.shape[0]) and _within(new_offsets, new_arena.shape[0])):
+        if not (offsets_within(offsets, arena.shape[0]) and offsets_within(new_offsets, new_arena.shape[0])):
             return t
         incremental = j[E_INCR] != 0
         R_old = carray(f64_at(j[E_ROLD]), (w, w)) if incremental else np.zeros((0, 0))

@@ -58,6 +58,16 @@ def build_features(arena, offsets, start, stop, prefix_len, feat_len):
     return A
 
 
+@njit(cache=True, nogil=True, inline="always")
+def offsets_within(offsets, size) -> bool:
+    """Whether every key offset lies in ``[0, size]``: the check before a compiled call that
+    reads a caller's keys by address, without bounds checks."""
+    for o in offsets:
+        if o < 0 or o > size:
+            return False
+    return True
+
+
 #: Columns of :func:`feature_bytes_many`'s table, a row per run of keys: where its key bytes
 #: and offsets lie (addresses and sizes; the caller keeps them alive), and the bytes of
 #: each key that its feature row reads (from ``prefix`` on, at most ``feat``).
@@ -73,11 +83,9 @@ def feature_bytes_many(runs):
     lie outside its key bytes (then nothing is copied)."""
     total = 0
     for t in range(runs.shape[0]):
-        n, size = runs[t, FB_N], runs[t, FB_ALEN]
-        offs = carray(i64_at(runs[t, FB_OFFS]), n + 1)
-        for i in range(n + 1):
-            if offs[i] < 0 or offs[i] > size:
-                return np.zeros(0, np.uint8), np.zeros(1, np.int64), t
+        n = runs[t, FB_N]
+        if not offsets_within(carray(i64_at(runs[t, FB_OFFS]), n + 1), runs[t, FB_ALEN]):
+            return np.zeros(0, np.uint8), np.zeros(1, np.int64), t
         total += n
     o = np.zeros(total + 1, np.int64)
     k = 0
