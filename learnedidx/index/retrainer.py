@@ -65,6 +65,8 @@ class Retrainer:
         self._failed_at = 0.0
         self._lock = threading.Lock()  # the counters below, updated by several threads
         self.stats = {"retrains_full": 0, "retrains_incremental": 0, "train_seconds": 0.0, "device_cycles": 0}
+        if hasattr(self.trainer, "train_keys"):
+            _warm_batch_steps(self.max_features)
 
     @property
     def name(self) -> str:
@@ -213,6 +215,15 @@ class Retrainer:
 
 _NO_R = np.zeros((0, 0))
 _REFINE_STEPS = 8  # most steps of iterative refinement of a trainer's answer (fit_many); converged fits stop sooner
+
+
+def _warm_batch_steps(max_features: int) -> None:
+    """Compile (or load) the store's own steps of a batched trainer's batch now, at open, not
+    in the first retrain, which a background thread would make while a writer waits for
+    the GIL: the jobs' shapes, and the refinement and bounds of the answers (:func:`fit_many`)."""
+    none, pairs, mm = np.zeros((0, F.J_COLS), np.int64), np.zeros((0, 2), np.int64), max_features + 1
+    F.shape_jobs(none, max_features, pairs)
+    F.bound_jobs(none, pairs, np.zeros((0, mm)), np.zeros((0, mm, mm)), _REFINE_STEPS, pairs)
 
 
 def _trusted(R: np.ndarray, coef: np.ndarray, width: int) -> bool:

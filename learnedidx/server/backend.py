@@ -11,7 +11,7 @@ from collections import OrderedDict
 import numpy as np
 
 from learnedidx.errors import LearnedIdxError, ProtocolError, RemoteError, ServerUnavailableError
-from learnedidx.index.kernels import FB_COLS, error_bounds, feature_bytes_many
+from learnedidx.index.kernels import FB_COLS, feature_bytes_many
 from learnedidx.index.training import KeysJob, TrainResult
 from learnedidx.server.client import Client
 
@@ -41,10 +41,8 @@ class ServerBackend:
         self._known: OrderedDict[bytes, tuple[str, int]] = OrderedDict()  # digest of R -> (group, version)
         self._lock = threading.Lock()
         self._no_keys = -1  # the connection (Client.generation) on which train.keys was unknown
-        # Compiled now, not in a retrain: the trimming of a job's keys, and the exact error
-        # bounds the store's retrainer computes for each answer.
+        # Compiled now, not in a retrain: the trimming of a request's keys.
         feature_bytes_many(np.zeros((0, FB_COLS), np.int64))
-        error_bounds(np.zeros(2, np.uint8), np.arange(3, dtype=np.int64), 0, 2, 0, 1, np.zeros(2))
 
     def feature_limit(self) -> int | None:
         """The widest feature length the server's device trains (its ``health`` reply), or
