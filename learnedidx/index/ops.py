@@ -74,16 +74,26 @@ def _lookup_at(d, g, i, qp, ql) -> int:
 
 
 @njit(cache=True)
+def value_of(daddr, k) -> int:
+    """Address of the value object stored under key object ``k`` (no reference taken), 0
+    when it is absent or ``k`` is not exactly ``bytes`` of a valid length."""
+    d = desc(daddr)
+    qp, ql = _query(d, k)
+    if ql > 0:
+        v = _lookup(d, qp, ql)
+        if v != 0 and v != d[D_TOMB]:
+            return v
+    return 0
+
+
+@njit(cache=True)
 def get(daddr, key):
     """The value object of ``key``, or the descriptor's MISSING object when it is absent
     or is not exactly ``bytes`` of a valid length."""
     d = desc(daddr)
-    res = d[D_MISSING]
-    qp, ql = _query(d, address_of(key))
-    if ql > 0:
-        v = _lookup(d, qp, ql)
-        if v != 0 and v != d[D_TOMB]:
-            res = v
+    res = value_of(daddr, address_of(key))
+    if res == 0:
+        res = d[D_MISSING]
     call_with_address(d[D_INCREF], res)
     return as_ref(res)
 
@@ -156,14 +166,13 @@ def _upsert_at(d, k, qp, ql, v, g, i) -> int:
 
 
 @njit(cache=True)
-def upsert(daddr, key, value) -> int:
-    """Insert or update ``key`` with ``value`` (both exactly ``bytes``); a write code."""
+def upsert_objects(daddr, k, v) -> int:
+    """Insert or update key object ``k`` with value object ``v`` (both exactly ``bytes``);
+    a write code."""
     d = desc(daddr)
-    v = address_of(value)
     # The value object lies anywhere (its count goes up): its load overlaps the search, and
     # its type is checked once the search is done.
     prefetch_address(v)
-    k = address_of(key)
     qp, ql = _query(d, k)
     if ql < 0:
         return C_BAD_KEY
@@ -171,16 +180,28 @@ def upsert(daddr, key, value) -> int:
 
 
 @njit(cache=True)
-def put(daddr, key, value) -> int:
-    """:func:`upsert` for a caller that does not hold the writer lock: 0 when the write is
-    done, C_INSERTED_FULL (and the group) when it is done and filled its group's buffer,
-    else its code with nothing done (C_HELD: the lock is held, or every write of this store
-    is logged first).  Holding the GIL, the call is one whole write that no holder of the
-    lock is in the middle of (see :class:`~learnedidx.index.live.WriterLock`)."""
+def upsert(daddr, key, value) -> int:
+    """:func:`upsert_objects` of Python objects."""
+    return upsert_objects(daddr, address_of(key), address_of(value))
+
+
+@njit(cache=True)
+def put_objects(daddr, k, v) -> int:
+    """:func:`upsert_objects` for a caller that does not hold the writer lock: 0 when the
+    write is done, C_INSERTED_FULL (and the group) when it is done and filled its group's
+    buffer, else its code with nothing done (C_HELD: the lock is held, or every write of
+    this store is logged first).  Holding the GIL, the call is one whole write that no
+    holder of the lock is in the middle of (see :class:`~learnedidx.index.live.WriterLock`)."""
     if desc(daddr)[D_HOLD] != 0:
         return C_HELD
-    c = upsert(daddr, key, value)
+    c = upsert_objects(daddr, k, v)
     return 0 if (c & 0xFF) <= C_INSERTED else c
+
+
+@njit(cache=True)
+def put(daddr, key, value) -> int:
+    """:func:`put_objects` of Python objects."""
+    return put_objects(daddr, address_of(key), address_of(value))
 
 
 @njit(cache=True)

@@ -40,10 +40,12 @@ from learnedidx.index import foldin as FI
 from learnedidx.index import grouping
 from learnedidx.index import keys as KS
 from learnedidx.index import layout as L
+from learnedidx.index import methods
 from learnedidx.index import ops as O
 from learnedidx.index.durability import OP_PUT, Durability
 from learnedidx.index.keys import KeyBatch
 from learnedidx.index.live import MISSING, LiveIndex, WriterLock
+from learnedidx.index.methods import GET, PUT, compiled
 from learnedidx.index.options import StoreOptions
 from learnedidx.index.retrainer import Retrainer, RetrainQueue
 
@@ -95,6 +97,7 @@ class Store:
         self._addr = self._live.addr
         self._wlock = WriterLock(self._live.D)  # serializes writers
         E = O.entry_points()
+        methods.warm()
         self._get, self._upsert, self._put, self._delete = E["get"], E["upsert"], E["put"], E["delete"]
         self._get_many, self._apply_many, self._scan, self._scan_many, self._check_batch = (
             E["get_many"], E["apply_many"], E["scan"], E["scan_many"], E["check_batch"])
@@ -128,15 +131,6 @@ class Store:
         self._live.D[L.D_SIZE] = n
 
     # ------------------------------------------------------------------ reads
-    def get(self, key: Any, default: Any = None) -> Any:
-        """The value stored under ``key``, or ``default``."""
-        # The hottest path of the API: one compiled call, which answers MISSING for an
-        # absent key and for anything that is not exactly bytes of a valid length.
-        v = self._get(self._addr, key)
-        if v is not MISSING:
-            return v
-        return self._absent(key, default)
-
     def _absent(self, key: Any, default: Any) -> Any:
         self._check_open()
         k = self._key(key)  # raises for a bad key
@@ -145,6 +139,17 @@ class Store:
             if v is not MISSING:
                 return v
         return default
+
+    @compiled(GET, "get", "_absent")
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The value stored under ``key``, or ``default``."""
+        # The hottest path of the API: one compiled call, which answers MISSING for an
+        # absent key and for anything that is not exactly bytes of a valid length.  As
+        # compiled (methods.py), the call is made from C and an absent key comes to _absent.
+        v = self._get(self._addr, key)
+        if v is not MISSING:
+            return v
+        return self._absent(key, default)
 
     def __getitem__(self, key: Any) -> bytes:
         v = self.get(key, MISSING)
@@ -265,14 +270,6 @@ class Store:
         return (k for k, _ in self.items())
 
     # ------------------------------------------------------------------ writes
-    def put(self, key: Any, value: Any) -> None:
-        """Insert or update ``key``; durable per the sync policy when this returns."""
-        # The hottest write: one compiled call, made without the writer lock when nobody
-        # holds it (the call holds the GIL); anything else goes the way below.
-        c = self._put(self._addr, key, value)
-        if c:
-            self._put_locked(key, value, c)
-
     def _put_locked(self, key: Any, value: Any, code: int) -> None:
         if code & 0xFF == O.C_INSERTED_FULL:  # written, and its group's buffer is full
             with self._wlock:
@@ -294,6 +291,16 @@ class Store:
             c = self._written(c, k, v) if c & 0xFF else 0
         if c or dur is not None:
             self._after_write()
+
+    @compiled(PUT, "put", "_put_locked")
+    def put(self, key: Any, value: Any) -> None:
+        """Insert or update ``key``; durable per the sync policy when this returns."""
+        # The hottest write: one compiled call, made without the writer lock when nobody
+        # holds it (the call holds the GIL); anything else goes to _put_locked.  As compiled
+        # (methods.py), the call is made from C.
+        c = self._put(self._addr, key, value)
+        if c:
+            self._put_locked(key, value, c)
 
     __setitem__ = put
 
