@@ -28,7 +28,7 @@ def wheel(tmp_path_factory) -> Path:
     """A wheel built from a copy of the source tree (the suite may run from a read-only
     checkout), offline: with this environment's setuptools, no build isolation."""
     src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO / name, src / name)
     for d in ("learnedidx", "extension"):
         shutil.copytree(REPO / d, src / d, ignore=shutil.ignore_patterns("__pycache__", "results", "regression.*", "*.so"))
