@@ -1,6 +1,9 @@
 """``learnedidx bench compare``: every peer on identical YCSB streams; Markdown table and plots."""
 from __future__ import annotations
 
+import gc
+import json
+import multiprocessing
 import os
 from pathlib import Path
 from typing import Optional
@@ -53,6 +56,40 @@ def plot(results: dict, workloads: list[str], peers: list[str], modes: list[str]
     return files
 
 
+#: The streams of the workload being compared, for the runs forked from ``compare``: a
+#: child reads them from the memory it shares with the parent, nothing is pickled.
+_STREAMS: tuple | None = None
+
+
+def figures(r) -> dict:
+    """What ``compare`` keeps of a run report: throughput, the main operation's latency
+    percentiles (µs) and the digest."""
+    main = max(r.to_json()["ops"].values(), key=lambda o: o["operations"])
+    return {"throughput": r.throughput, "p50": main["p50_us"], "p95": main["p95_us"], "p99": main["p99_us"],
+            "digest": r.digest}
+
+
+def _run_here(peer: str, mode: str) -> list[tuple[str, str, dict]]:
+    """Load then run the workload's streams on ``peer`` in ``mode``, in this process:
+    (peer, mode, figures) of the run."""
+    from learnedidx.workloads.cli import run_peers
+
+    load, run = _STREAMS
+    return [(r.peer, r.mode, figures(r)) for r in run_peers(load, run, [peer], [mode]) if r.phase == "run"]
+
+
+def _run_forked(peer: str, mode: str) -> list[tuple[str, str, dict]]:
+    """:func:`_run_here` in a child forked for it, so that no run inherits an earlier run's
+    heap: every run starts from the parent's, which holds the streams and no store (as the
+    SIndex driver starts each run in a process of its own)."""
+    gc.freeze()  # the collector leaves the parent's objects alone
+    for stream in _STREAMS:  # their pages become the child's before any clock starts
+        for objs in (stream.keys, stream.values):
+            for _ in objs:
+                pass
+    return _run_here(peer, mode)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("compare")
     def compare(
@@ -69,9 +106,12 @@ def register(app: typer.Typer) -> None:
                                                       "e.g. -p fieldcount=1 for 100-byte values"),
         sindex_driver: Optional[Path] = typer.Option(
             None, help="the SIndex driver program for the sindex peers (default: $LEARNEDIDX_SINDEX_DRIVER)"),
+        isolate: bool = typer.Option(True, "--isolate/--same-process",
+                                     help="run each Python peer, mode and repetition in a process forked for it "
+                                          "(else all in this one, each run on the heap the earlier ones left)"),
     ) -> None:
         """Run every peer on identical operation streams; ratios are learnedidx / peer."""
-        from learnedidx.workloads.cli import parse_overrides, run_peers, ycsb_streams
+        from learnedidx.workloads.cli import parse_overrides, ycsb_streams
         from learnedidx.workloads.peers import PEERS, SINDEX_DRIVER_ENV, available_peers
         from learnedidx.workloads.sindex import run_whole_streams
 
@@ -83,29 +123,40 @@ def register(app: typer.Typer) -> None:
         wl, ml = workloads.split(","), modes.split(",")
         out.mkdir(parents=True, exist_ok=True)
         results: dict = {}
+        every: list = []  # each run's figures, in the order they ran
+        fork = isolate and "fork" in multiprocessing.get_all_start_methods()
+        global _STREAMS
         for w in wl:
             console.print(f"workload {w}: generating {records:,} records and {operations:,} operations")
-            load, run = ycsb_streams(w, records, operations, parse_overrides(prop), keys or None, seed)
+            load, run = _STREAMS = ycsb_streams(w, records, operations, parse_overrides(prop), keys or None, seed)
             runs: dict = {}
             in_process = [p for p in plist if not PEERS[p][0].whole_streams]
             for _ in range(repeat):  # peers alternate between repetitions, so drift hits all alike
-                for r in run_peers(load, run, in_process, ml) + run_whole_streams(
-                        load, run, plist, ml, warn=lambda msg: console.print(f"[red]{msg}[/red]")):
-                    if r.phase == "run":
-                        main = max(r.to_json()["ops"].values(), key=lambda o: o["operations"])
-                        runs.setdefault((w, r.peer, r.mode), []).append(
-                            {"throughput": r.throughput, "p50": main["p50_us"], "p95": main["p95_us"],
-                             "p99": main["p99_us"], "digest": r.digest})
+                done = []
+                for p in in_process:
+                    for m in ml:
+                        if fork:
+                            with multiprocessing.get_context("fork").Pool(1) as pool:
+                                done += pool.apply(_run_forked, (p, m))
+                        else:
+                            done += _run_here(p, m)
+                done += [(r.peer, r.mode, figures(r)) for r in run_whole_streams(
+                    load, run, plist, ml, warn=lambda msg: console.print(f"[red]{msg}[/red]")) if r.phase == "run"]
+                for peer, mode, fig in done:
+                    runs.setdefault((w, peer, mode), []).append(fig)
+                    every.append({"workload": w, "peer": peer, "mode": mode, **fig})
             for key, rs in runs.items():
                 results[key] = sorted(rs, key=lambda x: x["throughput"])[len(rs) // 2]  # the median run
                 results[key]["digest"] = rs[0]["digest"] if len({x["digest"] for x in rs}) == 1 else -1
             if len({v["digest"] for (w2, _, _), v in results.items() if w2 == w}) > 1:
                 console.print(f"[red]workload {w}: peers disagree on read results[/red]")
+        _STREAMS = None
         table = results_table(results, wl, plist, ml)
         (out / "results.md").write_text(
             f"# YCSB run-phase throughput (ops/s), {records:,} records, {operations:,} operations"
             f"{f', median of {repeat} runs' if repeat > 1 else ''}\n\n"
             + "\n".join(table) + "\n")
+        (out / "runs.json").write_text(json.dumps(every, indent=1) + "\n")
         console.print("\n".join(table), markup=False)
         for f in plot(results, wl, plist, ml, out):
             console.print(f"wrote {f}")

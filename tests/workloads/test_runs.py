@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from learnedidx.cli import app
 from learnedidx.errors import WorkloadError
 from learnedidx.workloads import peers as peers_mod
+from learnedidx.workloads import runner as runner_mod
 from learnedidx.workloads.cli import run_peers, ycsb_streams
 from learnedidx.workloads.keysources import load_keys
 from learnedidx.server.client import Client
@@ -200,6 +202,38 @@ def test_bench_compare_writes_table_and_plots(tmp_path):
         assert body[2][head.index("art")] == "-" and body[0][head.index("art")] != "-"  # no scans in the ART
     for f in ("throughput-per-op.png", "throughput-batch.png", "latency-per-op.png", "latency-batch.png"):
         assert (out / f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("isolate", [True, False])
+def test_bench_compare_runs_each_python_peer_in_a_process_of_its_own(tmp_path, monkeypatch, isolate):
+    """With --isolate (the default) no run inherits another's heap: every peer, mode and
+    repetition opens its adapter in a child of its own; --same-process keeps them here."""
+    log = tmp_path / "pids"
+    real = runner_mod.execute
+
+    def recording(adapter, stream, **kw):
+        if kw["phase"] == "run":
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()} {adapter.name}\n")
+        return real(adapter, stream, **kw)
+
+    monkeypatch.setattr(runner_mod, "execute", recording)
+    out = tmp_path / "cmp"
+    res = CliRunner().invoke(app, ["bench", "compare", "--workloads", "C", "--peers", "learnedidx,sorteddict",
+                                   "--records", "500", "--operations", "400", "--repeat", "2", "--out", str(out),
+                                   "--isolate" if isolate else "--same-process"])
+    assert res.exit_code == 0, res.output
+    runs = [line.split() for line in log.read_text().splitlines()]
+    assert sorted(name for _, name in runs) == ["learnedidx"] * 4 + ["sorteddict"] * 4
+    pids = [int(pid) for pid, _ in runs]
+    if isolate:
+        assert os.getpid() not in pids and len(set(pids)) == 8
+    else:
+        assert set(pids) == {os.getpid()}
+    every = json.loads((out / "runs.json").read_text())
+    assert [(r["peer"], r["mode"]) for r in every] == [
+        ("learnedidx", "per-op"), ("learnedidx", "batch"), ("sorteddict", "per-op"), ("sorteddict", "batch")] * 2
+    assert len({r["digest"] for r in every}) == 1 and all(r["throughput"] > 0 for r in every)
 
 
 def test_art_adapter_keeps_prefix_keys():
