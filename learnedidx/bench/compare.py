@@ -5,8 +5,10 @@ import gc
 import json
 import multiprocessing
 import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 
@@ -78,16 +80,27 @@ def _run_here(peer: str, mode: str) -> list[tuple[str, str, dict]]:
     return [(r.peer, r.mode, figures(r)) for r in run_peers(load, run, [peer], [mode]) if r.phase == "run"]
 
 
-def _run_forked(peer: str, mode: str) -> list[tuple[str, str, dict]]:
-    """:func:`_run_here` in a child forked for it, so that no run inherits an earlier run's
-    heap: every run starts from the parent's, which holds the streams and no store (as the
-    SIndex driver starts each run in a process of its own)."""
+def _run_in_child(peer: str, mode: str) -> list[tuple[str, str, dict]]:
+    """:func:`_run_here` in the child :func:`_run_forked` made."""
     gc.freeze()  # the collector leaves the parent's objects alone
     for stream in _STREAMS:  # their pages become the child's before any clock starts
         for objs in (stream.keys, stream.values):
             for _ in objs:
                 pass
     return _run_here(peer, mode)
+
+
+def _run_forked(peer: str, mode: str, warn: Callable[[str], None]) -> list[tuple[str, str, dict]]:
+    """:func:`_run_here` in a child forked for it, so that no run inherits an earlier run's
+    heap: every run starts from the parent's, which holds the streams and no store (as the
+    SIndex driver starts each run in a process of its own).  A child that dies is reported
+    through ``warn`` and its run skipped, as a crashed driver's is."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+        try:
+            return pool.submit(_run_in_child, peer, mode).result()
+        except BrokenProcessPool:
+            warn(f"peer {peer} ({mode}): the process running it died; run skipped")
+            return []
 
 
 def register(app: typer.Typer) -> None:
@@ -125,6 +138,9 @@ def register(app: typer.Typer) -> None:
         results: dict = {}
         every: list = []  # each run's figures, in the order they ran
         fork = isolate and "fork" in multiprocessing.get_all_start_methods()
+
+        def warn(msg: str) -> None:
+            console.print(f"[red]{msg}[/red]")
         global _STREAMS
         for w in wl:
             console.print(f"workload {w}: generating {records:,} records and {operations:,} operations")
@@ -135,13 +151,9 @@ def register(app: typer.Typer) -> None:
                 done = []
                 for p in in_process:
                     for m in ml:
-                        if fork:
-                            with multiprocessing.get_context("fork").Pool(1) as pool:
-                                done += pool.apply(_run_forked, (p, m))
-                        else:
-                            done += _run_here(p, m)
-                done += [(r.peer, r.mode, figures(r)) for r in run_whole_streams(
-                    load, run, plist, ml, warn=lambda msg: console.print(f"[red]{msg}[/red]")) if r.phase == "run"]
+                        done += _run_forked(p, m, warn) if fork else _run_here(p, m)
+                done += [(r.peer, r.mode, figures(r)) for r in run_whole_streams(load, run, plist, ml, warn=warn)
+                         if r.phase == "run"]
                 for peer, mode, fig in done:
                     runs.setdefault((w, peer, mode), []).append(fig)
                     every.append({"workload": w, "peer": peer, "mode": mode, **fig})

@@ -236,6 +236,27 @@ def test_bench_compare_runs_each_python_peer_in_a_process_of_its_own(tmp_path, m
     assert len({r["digest"] for r in every}) == 1 and all(r["throughput"] > 0 for r in every)
 
 
+def test_bench_compare_reports_a_run_whose_process_died(tmp_path, monkeypatch):
+    """A forked run that dies (a crashing peer) is reported and skipped; the command goes on
+    and the other peers' figures stand."""
+    real = runner_mod.execute
+
+    def dying(adapter, stream, **kw):
+        if adapter.name == "sorteddict" and kw["phase"] == "run":
+            os._exit(3)
+        return real(adapter, stream, **kw)
+
+    monkeypatch.setattr(runner_mod, "execute", dying)
+    out = tmp_path / "cmp"
+    res = CliRunner().invoke(app, ["bench", "compare", "--workloads", "C", "--peers", "learnedidx,sorteddict",
+                                   "--modes", "per-op", "--records", "300", "--operations", "300", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "peer sorteddict (per-op): the process running it died; run skipped" in " ".join(res.output.split())
+    row = [c.strip() for c in (out / "results.md").read_text().splitlines()[4].strip("|").split("|")]
+    assert row[:2] == ["C", "per-op"] and float(row[2].replace(",", "")) > 0 and row[3] == "-"
+    assert [r["peer"] for r in json.loads((out / "runs.json").read_text())] == ["learnedidx"]
+
+
 def test_art_adapter_keeps_prefix_keys():
     if "art" not in available_peers(["art"])[0]:
         pytest.skip("blart-py is not installed")
