@@ -21,7 +21,7 @@ def test_logregr_matches_sklearn_on_breast_cancer_subset():
     X, y = load_breast_cancer(return_X_y=True)
     X = StandardScaler().fit_transform(X[:, :5])
     out = runtime.train("logregr", {"X": X, "y": y.astype(float)}, {"max_iter": 50}, threads=2)
-    ref = LogisticRegression(penalty=None, tol=1e-10, max_iter=10000).fit(X, y)
+    ref = LogisticRegression(C=np.inf, tol=1e-10, max_iter=10000).fit(X, y)  # unpenalized
     np.testing.assert_allclose(out.model["coef"][1:], ref.coef_[0], rtol=1e-3, atol=1e-3)
     p = runtime.predict_proba("logregr", out.model, X)
     np.testing.assert_allclose(p, ref.predict_proba(X)[:, 1], atol=1e-4)
