@@ -72,12 +72,13 @@ def figures(r) -> dict:
 
 
 def _run_here(peer: str, mode: str) -> list[tuple[str, str, dict]]:
-    """Load then run the workload's streams on ``peer`` in ``mode``, in this process:
-    (peer, mode, figures) of the run."""
+    """Load then run the workload's streams on ``peer`` (one that ``runnable_peers``
+    kept) in ``mode``, in this process: (peer, mode, figures) of the run."""
     from learnedidx.workloads.cli import run_peers
 
     load, run = _STREAMS
-    return [(r.peer, r.mode, figures(r)) for r in run_peers(load, run, [peer], [mode]) if r.phase == "run"]
+    return [(r.peer, r.mode, figures(r)) for r in run_peers(load, run, [peer], [mode], probe=False)
+            if r.phase == "run"]
 
 
 def _run_in_child(peer: str, mode: str) -> list[tuple[str, str, dict]]:
@@ -124,7 +125,7 @@ def register(app: typer.Typer) -> None:
                                           "(else all in this one, each run on the heap the earlier ones left)"),
     ) -> None:
         """Run every peer on identical operation streams; ratios are learnedidx / peer."""
-        from learnedidx.workloads.cli import parse_overrides, ycsb_streams
+        from learnedidx.workloads.cli import parse_overrides, runnable_peers, ycsb_streams
         from learnedidx.workloads.peers import PEERS, SINDEX_DRIVER_ENV, available_peers
         from learnedidx.workloads.sindex import run_whole_streams
 
@@ -146,7 +147,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"workload {w}: generating {records:,} records and {operations:,} operations")
             load, run = _STREAMS = ycsb_streams(w, records, operations, parse_overrides(prop), keys or None, seed)
             runs: dict = {}
-            in_process = [p for p in plist if not PEERS[p][0].whole_streams]
+            in_process = runnable_peers([p for p in plist if not PEERS[p][0].whole_streams], run, probe=False)
             for _ in range(repeat):  # peers alternate between repetitions, so drift hits all alike
                 done = []
                 for p in in_process:

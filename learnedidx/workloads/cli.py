@@ -48,12 +48,14 @@ def ycsb_streams(workload: str, records: int | None, operations: int | None, ove
     return load_stream(w, ks, seed), run_stream(w, ks, seed)
 
 
-def runnable_peers(peers: list[str], run: OpStream, threads: int = 1) -> list[str]:
-    """The peers that can run ``run`` here; each other one is skipped with a message (never a failure)."""
+def runnable_peers(peers: list[str], run: OpStream, threads: int = 1, *, probe: bool = True) -> list[str]:
+    """The peers that can run ``run`` here; each other one is skipped with a message (never a
+    failure).  ``probe=False``: ``peers`` are known to open here (:func:`available_peers`
+    said so), only what ``run`` needs is checked."""
     from learnedidx.workloads.peers import PEERS, available_peers
     from learnedidx.workloads.spec import SCAN
 
-    ok, skipped = available_peers(peers)
+    ok, skipped = available_peers(peers) if probe else (list(peers), {})
     for name in ok:
         if not PEERS[name][0].scans and bool((run.ops == SCAN).any()):
             skipped[name] = "does not support scans"
@@ -65,16 +67,17 @@ def runnable_peers(peers: list[str], run: OpStream, threads: int = 1) -> list[st
 
 
 def run_peers(load: OpStream, run: OpStream, peers: list[str], modes: list[str], *, threads: int = 1,
-              store_options: dict | None = None, progress: bool = True) -> list[Report]:
+              store_options: dict | None = None, progress: bool = True, probe: bool = True) -> list[Report]:
     """Load then run the streams on each peer and mode (a fresh adapter each); the load and
-    run reports.  Peers that cannot run here are skipped with a message."""
+    run reports.  Peers that cannot run here are skipped with a message (``probe``: as in
+    :func:`runnable_peers`)."""
     from learnedidx.workloads.peers import get_adapter
     from learnedidx.workloads.runner import execute
 
     reports = []
     with Progress(*Progress.get_default_columns(), console=err, transient=True,
                   disable=not (progress and err.is_terminal)) as bar:
-        for peer in runnable_peers(peers, run, threads):
+        for peer in runnable_peers(peers, run, threads, probe=probe):
             for mode in modes:
                 ad = get_adapter(peer, **((store_options or {}) if peer.startswith("learnedidx") else {}))
                 try:
