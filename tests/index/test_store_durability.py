@@ -574,7 +574,12 @@ def test_a_log_past_checkpoint_bytes_is_checkpointed_on_its_own(tmp_path):
         while time.time() < deadline and not list((tmp_path / "db").glob("checkpoint-*.ckpt")):
             time.sleep(0.01)
         assert list((tmp_path / "db").glob("checkpoint-*.ckpt"))
-        logs = sum(p.stat().st_size for p in (tmp_path / "db").glob("wal-*.log"))
+        logs = 0
+        for p in (tmp_path / "db").glob("wal-*.log"):
+            try:
+                logs += p.stat().st_size
+            except FileNotFoundError:  # dropped by a checkpoint still running: as expected
+                pass
         assert logs < 3000 * 20  # most of the log went into checkpoints
     with learnedidx.open(tmp_path / "db", retrain="off") as db:
         assert dict(db.items()) == ref
