@@ -98,10 +98,12 @@ def test_a_failed_batch_leaves_its_groups_due(monkeypatch):
         with pytest.raises(LearnedIdxError, match="trainer bug"):
             db.retrain_now()
         s = db.stats()
-        # Which batch of those in flight asked second is a race: the first in line or the
-        # next.  Either way no group is lost: each one is trained or due, and the backlog
-        # counts exactly the keys of the groups not trained.
-        assert before["due_groups"] - BATCH_GROUPS <= s["due_groups"] <= before["due_groups"]
+        # Which batch asks the trainer second is a race between the two pool threads: the
+        # first in line, the next, or (when the next one's thread is slow to start) the
+        # third, taken once the first was published, and then the second is published too.
+        # Either way no group is lost: each one is trained or due, and the backlog counts
+        # exactly the keys of the groups not trained.
+        assert before["due_groups"] - 2 * BATCH_GROUPS <= s["due_groups"] <= before["due_groups"]
         q, groups = db._queue, db._live.groups
         assert all(g in q.due or grp.untrained == 0 for g, grp in enumerate(groups))
         assert s["backlog"] == sum(grp.untrained for grp in groups) > 0
