@@ -21,7 +21,7 @@ from learnedidx.index.layout import (
     ROW_COLS, T_GEN, T_HEADS, T_HPREFIX, T_MPREFIX, T_N, T_NTOMB, T_OFFS, T_P0, T_P1, T_RPREFIX, T_VITEMS, buffer, bytes_ptr,
     coefs, common_prefix, compare, desc, f64_at, head, i64_at, item, merged, root, table, u8_at)
 from learnedidx.index.pyobjects import move_item
-from learnedidx.index.search import buffer_key, lower_bound_h, model_error, predict
+from learnedidx.index.search import buffer_key, lower_bound_h, model_error, predict, sample_root
 from learnedidx.native import copy_from_address, load_word, prefetch_address
 
 
@@ -297,7 +297,7 @@ def publish_split(daddr, g, r, pieces, pcoef, pivots):
     ``pieces``: row k of ``pieces`` holds a group id (the first is ``g``) and its columns
     :data:`~learnedidx.index.layout.ROW_COLS`, ``pcoef[k]`` its coefficients, ``pivots[k]`` the
     address of its pivot ``bytes`` object (``pivots[0]``: g's own).  The root gets an entry
-    for each new group after ``r`` (its arrays have room)."""
+    for each new group after ``r`` (its arrays and sample have room), and a new sample."""
     d = desc(daddr)
     tab = table(d)
     cf = coefs(d)
@@ -326,6 +326,7 @@ def publish_split(daddr, g, r, pieces, pcoef, pivots):
         P[r + t] = pivots[t]
         G[r + t] = pieces[t, 0]
     d[D_NROOT] = nroot + k - 1
+    sample_root(d)
     for t in range(k):
         tab[pieces[t, 0], T_RPREFIX] = range_prefix(d, r + t)
 
@@ -367,6 +368,13 @@ def set_slots(daddr, slots, values) -> None:
     for t in range(slots.shape[0]):
         d[slots[t]] = values[t]
 
+
+
+@njit(cache=True)
+def publish_root(daddr) -> None:
+    """The root search reads the root's arrays as they are now (see
+    :func:`~learnedidx.index.search.sample_root`)."""
+    sample_root(desc(daddr))
 
 
 @njit(cache=True)

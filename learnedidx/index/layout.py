@@ -11,6 +11,9 @@ addresses of:
   each group's pivot key, order-preserving), ``rpiv`` (the pivot ``bytes`` object's
   address) and ``rgid`` (its group id).  Group ``rgid[r]`` holds the keys from pivot ``r``
   (inclusive; the first group also everything before it) to pivot ``r + 1`` (exclusive).
+  The root's **sample** ``rsamp`` lays ``rhead`` out for the root search as a static tree
+  of 16-way nodes (:func:`sample_size`; built by
+  :func:`~learnedidx.index.search.sample_root` whenever the root changes).
 
 A group's **merged keys** are ``n`` sorted keys in three arrays that never change once
 published: ``heads`` (int64, the 8 bytes of each key after the group's common prefix
@@ -44,8 +47,9 @@ from learnedidx.native import load_be64_at, load_byte, load_word, pointer_to
 
 # Descriptor slots.
 (D_TAB, D_TCAP, D_COEF, D_CCOLS, D_RHEAD, D_RPIV, D_RGID, D_NROOT, D_RCAP, D_MAXLEN, D_B,
- D_PINGEN, D_PINS, D_NONE, D_TOMB, D_MISSING, D_BYTES_TYPE, D_INCREF, D_DECREF, D_BYTES_NEW, D_SIZE, D_HOLD) = range(22)
-D_SLOTS = 22
+ D_PINGEN, D_PINS, D_NONE, D_TOMB, D_MISSING, D_BYTES_TYPE, D_INCREF, D_DECREF, D_BYTES_NEW, D_SIZE, D_HOLD,
+ D_RSAMP) = range(23)
+D_SLOTS = 23
 
 # Group table columns: what a lookup of a merged key reads first comes first (one cache line).
 (T_N, T_HPREFIX, T_P0, T_MPREFIX, T_FEAT, T_ERRLO, T_ERRHI, T_HEADS,
@@ -88,6 +92,39 @@ def root(d):
     """``(rhead, rpiv, rgid)`` of the descriptor's root."""
     n = d[D_NROOT]
     return carray(i64_at(d[D_RHEAD]), n), carray(i64_at(d[D_RPIV]), n), carray(i64_at(d[D_RGID]), n)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def sample_levels(n) -> int:
+    """Levels of the root sample of ``n`` root entries: the least L with 16**L >= n."""
+    L = 1
+    while (1 << (4 * L)) < n:
+        L += 1
+    return L
+
+
+@njit(cache=True, nogil=True, inline="always")
+def level_size(n, L, lvl) -> int:
+    """Entries of level ``lvl`` (0: the top) of the sample of ``n`` root entries in
+    ``L`` levels: 16 per node, one node per 16**(L - lvl) root entries."""
+    s = 4 * (L - lvl)
+    return 16 * ((n + (1 << s) - 1) >> s)
+
+
+@njit(cache=True, nogil=True)
+def sample_size(n) -> int:
+    """Entries of the root sample of ``n`` root entries (every level, top first)."""
+    L = sample_levels(n)
+    t = 0
+    for lvl in range(L):
+        t += level_size(n, L, lvl)
+    return t
+
+
+@njit(cache=True, nogil=True, inline="always")
+def root_sample(d):
+    """The root's sample (see :func:`sample_size`)."""
+    return carray(i64_at(d[D_RSAMP]), sample_size(d[D_NROOT]))
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -129,10 +129,12 @@ class LiveIndex:
         self.rhead = np.zeros(8, np.int64)
         self.rpiv = np.zeros(8, np.int64)
         self.rgid = np.zeros(8, np.int64)
+        self.rsamp = _sample_for(8)
         self.D = np.zeros(L.D_SLOTS, np.int64)
         D = self.D
         D[L.D_TAB], D[L.D_TCAP], D[L.D_COEF], D[L.D_CCOLS] = _addr(self.tab), 8, _addr(self.coef), self.cols
         D[L.D_RHEAD], D[L.D_RPIV], D[L.D_RGID], D[L.D_RCAP] = _addr(self.rhead), _addr(self.rpiv), _addr(self.rgid), 8
+        D[L.D_RSAMP] = _addr(self.rsamp)
         D[L.D_MAXLEN], D[L.D_B] = max_len, self.B
         D[L.D_NONE], D[L.D_TOMB], D[L.D_MISSING] = id(None), id(TOMB), id(MISSING)
         D[L.D_BYTES_TYPE], D[L.D_INCREF], D[L.D_DECREF], D[L.D_BYTES_NEW] = (
@@ -195,6 +197,7 @@ class LiveIndex:
             self.rpiv[g], self.rgid[g] = id(pivot), g
             self.rhead[g] = _head(pivot)
         self.D[L.D_NROOT] = G
+        FI.publish_root(self.addr)
         FI.refresh_prefix_words(self.addr, np.arange(G, dtype=np.int64))
         for r in range(G):
             self.tab[r, L.T_RPREFIX] = FI.root_prefix(self.addr, r)
@@ -202,11 +205,13 @@ class LiveIndex:
     def adopt(self, other: "LiveIndex") -> None:
         """Take over ``other``'s groups (a bulk load or recovery built it), in place: this
         index's descriptor, which readers hold, stays the same."""
-        old = (self.tab, self.coef, self.rhead, self.rpiv, self.rgid, self.groups)
+        old = (self.tab, self.coef, self.rhead, self.rpiv, self.rgid, self.rsamp, self.groups)
         other.tab[:, L.T_GEN] = self.pin_gen  # nothing pinned reads them
-        self.tab, self.coef, self.rhead, self.rpiv, self.rgid = other.tab, other.coef, other.rhead, other.rpiv, other.rgid
+        self.tab, self.coef, self.rhead, self.rpiv, self.rgid, self.rsamp = (
+            other.tab, other.coef, other.rhead, other.rpiv, other.rgid, other.rsamp)
         self.groups, self.free = other.groups, other.free
-        slots = np.array([L.D_TAB, L.D_TCAP, L.D_COEF, L.D_RHEAD, L.D_RPIV, L.D_RGID, L.D_RCAP, L.D_NROOT], np.int64)
+        slots = np.array([L.D_TAB, L.D_TCAP, L.D_COEF, L.D_RHEAD, L.D_RPIV, L.D_RGID, L.D_RCAP, L.D_NROOT, L.D_RSAMP],
+                         np.int64)
         FI.set_slots(self.addr, slots, other.D[slots])
         self._retire(*old)
 
@@ -244,9 +249,12 @@ class LiveIndex:
             b = np.zeros(new, np.int64)
             b[:cap] = a
             arrays.append(b)
-        FI.set_slots(self.addr, np.array([L.D_RHEAD, L.D_RPIV, L.D_RGID, L.D_RCAP], np.int64),
+        samp = _sample_for(new)
+        samp[:self.rsamp.shape[0]] = self.rsamp  # the sample of the same entries
+        arrays.append(samp)
+        FI.set_slots(self.addr, np.array([L.D_RHEAD, L.D_RPIV, L.D_RGID, L.D_RSAMP, L.D_RCAP], np.int64),
                      np.array([_addr(a) for a in arrays] + [new], np.int64))
-        self.rhead, self.rpiv, self.rgid = arrays
+        self.rhead, self.rpiv, self.rgid, self.rsamp = arrays
 
     def _new_gid(self) -> int:
         if self.free:
@@ -271,10 +279,9 @@ class LiveIndex:
         self.pin_gen += 1
         nroot = int(self.D[L.D_NROOT])
         arrays = (self.tab.copy(), self.coef.copy(), self.rhead[:nroot].copy(), self.rpiv[:nroot].copy(),
-                  self.rgid[:nroot].copy())
+                  self.rgid[:nroot].copy(), self.rsamp[:L.sample_size(nroot)].copy())
         d = self.D.copy()
-        tab, coef, rh, rp, rg = arrays
-        d[L.D_TAB], d[L.D_COEF], d[L.D_RHEAD], d[L.D_RPIV], d[L.D_RGID] = map(_addr, arrays)
+        d[L.D_TAB], d[L.D_COEF], d[L.D_RHEAD], d[L.D_RPIV], d[L.D_RGID], d[L.D_RSAMP] = map(_addr, arrays)
         d[L.D_RCAP] = nroot
         d[L.D_PINS] = 0
         view = View(d, arrays)
@@ -416,6 +423,11 @@ class LiveIndex:
 
 
 _U8, _I64 = np.zeros(1, np.uint8), np.zeros(1, np.int64)
+
+
+def _sample_for(cap: int) -> np.ndarray:
+    """Room for the root sample of up to ``cap`` root entries."""
+    return np.zeros(L.sample_size(cap), np.int64)  # sample_size grows with its argument
 
 
 def _head(key: bytes) -> int:

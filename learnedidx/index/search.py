@@ -12,32 +12,88 @@ import numpy as np
 from numba import njit
 
 from learnedidx.index.layout import (
-    T_ERRHI, T_ERRLO, T_FEAT, T_HPREFIX, T_MPREFIX, T_N, T_P0, T_P1, T_RPREFIX, T_VITEMS, bytes_ptr, compare, head,
-    item, merged, root)
+    D_NROOT, T_ERRHI, T_ERRLO, T_FEAT, T_HPREFIX, T_MPREFIX, T_N, T_P0, T_P1, T_RPREFIX, T_VITEMS, bytes_ptr, compare,
+    head, item, level_size, merged, root, root_sample, sample_levels)
 from learnedidx.native import load_byte, prefetch, prefetch_address
+
+
+_LOWEST = np.int64(-(1 << 63))
+_HIGHEST = np.int64((1 << 63) - 1)
+
+
+@njit(cache=True, nogil=True)
+def sample_root(d) -> None:
+    """(Re)build the root's sample from its heads (``d[D_RSAMP]`` has room for it).
+
+    Level ``lvl`` has one node of 16 heads per ``16**(L - lvl)`` root entries: node ``b``
+    holds the heads of entries ``(16 b + i) * 16**(L - 1 - lvl)``, ``i`` = 0..15, the
+    bottom level being ``rhead`` itself.  Above the bottom, slot 0 of a node holds the
+    lowest head (the search only counts the heads after it), and so does entry 0 at the
+    bottom: the first group holds every key before its pivot too, so that pivot bounds
+    nothing (and is not the least once keys below it were split off).  Slots past the last
+    entry hold the highest head, which no head is below."""
+    rhead = root(d)[0]
+    n = rhead.shape[0]
+    samp = root_sample(d)
+    L = sample_levels(n)
+    off = 0
+    for lvl in range(L):
+        size = level_size(n, L, lvl)
+        stride = 1 << (4 * (L - 1 - lvl))
+        for t in range(size):
+            j = t * stride
+            if t == 0 or (lvl < L - 1 and (t & 15) == 0):
+                samp[off + t] = _LOWEST
+            else:
+                samp[off + t] = rhead[j] if j < n else _HIGHEST
+        off += size
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _count_below(a, at, qh) -> int:
+    """How many of the 16 heads ``a[at:at + 16]`` are below ``qh`` (compiled branch-free)."""
+    c = 0
+    for i in range(16):
+        c += a[at + i] < qh
+    return c
 
 
 @njit(cache=True, nogil=True)
 def find_root(d, qp, ql) -> int:
-    """Root index of the group holding query key ``(qp, ql)``: the last pivot <= it, or 0."""
-    rhead, rpiv, _ = root(d)
-    lo = 0
-    hi = rhead.shape[0]
+    """Root index of the group holding query key ``(qp, ql)``: the last pivot <= it, or 0
+    (the first group holds every key below the next pivot, whatever its own).
+
+    Each level of the sample narrows the first entry whose head is not below the query's
+    to one node by counting (no branch to mispredict); pivots whose head equals the
+    query's are then compared whole."""
+    n = d[D_NROOT]
+    if n <= 1:
+        return 0
+    samp = root_sample(d)
+    L = sample_levels(n)
     qh = head(qp, ql, 0)
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        h = rhead[mid]
-        if h < qh:
-            lo = mid + 1
-        elif h > qh:
-            hi = mid
-        else:
+    b = 0
+    off = 0
+    for lvl in range(L - 1):
+        b = 16 * b + max(_count_below(samp, off + 16 * b, qh) - 1, 0)
+        off += level_size(n, L, lvl)
+    lo = max(16 * b + _count_below(samp, off + 16 * b, qh), 1)  # entry 0 is at or below any key
+    if lo < n and samp[off + lo] == qh:
+        # Pivots with the query's head: a gallop bounds them (keys sharing a long prefix
+        # can give every pivot one head), then their whole keys are searched.
+        step = 1
+        while lo + step < n and samp[off + lo + step] == qh:
+            step <<= 1
+        hi = min(lo + step, n)
+        rpiv = root(d)[1]
+        while lo < hi:
+            mid = (lo + hi) >> 1
             pp, pl = bytes_ptr(rpiv[mid])
             if compare(pp, pl, qp, ql) <= 0:
                 lo = mid + 1
             else:
                 hi = mid
-    return lo - 1 if lo > 0 else 0
+    return lo - 1
 
 
 @njit(cache=True, nogil=True)

@@ -20,12 +20,42 @@ def lcp(a: bytes, b: bytes) -> int:
     return len(os.path.commonprefix([a, b]))
 
 
+LOWEST, HIGHEST = -(1 << 63), (1 << 63) - 1
+
+
+def root_sample(rhead: list[int]) -> list[int]:
+    """Reference for search.sample_root: level by level from the top, node b of a level
+    holds the heads of root entries (16 b + i) * 16**(levels below), i = 0..15; above the
+    bottom its slot 0 is the lowest head, as is entry 0 (the first group's pivot bounds
+    nothing), and slots past the last entry the highest."""
+    n = len(rhead)
+    levels = 1
+    while 16 ** levels < n:
+        levels += 1
+    out = []
+    for lvl in range(levels):
+        per_node = 16 ** (levels - lvl)
+        stride = per_node // 16
+        for t in range(16 * -(-n // per_node)):
+            if t == 0 or (lvl < levels - 1 and t % 16 == 0):
+                out.append(LOWEST)
+            else:
+                out.append(rhead[t * stride] if t * stride < n else HIGHEST)
+    return out
+
+
 def contents(live: LiveIndex) -> dict[bytes, bytes]:
     """The live index's pairs, read from its arrays (merged then buffered, deletes skipped),
     after checking every invariant."""
     out: dict[bytes, bytes] = {}
     order = live.root_order()
     assert sorted(order) == sorted(set(order)) and all(live.groups[g] is not None for g in order)
+    # The root: each group's pivot head, and the root search's sample of them.
+    rhead = live.rhead[:len(order)].tolist()
+    for r, g in enumerate(order):
+        assert live.rpiv[r] == id(live.groups[g].pivot) and rhead[r] == head(live.groups[g].pivot)
+    assert live.D[L.D_RSAMP] == live.rsamp.ctypes.data
+    assert live.rsamp[:L.sample_size(len(order))].tolist() == root_sample(rhead)
     B = live.B
     for r, g in enumerate(order):
         row, grp = live.tab[g], live.groups[g]

@@ -8,6 +8,7 @@ import bisect
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numba import njit
 
 from learnedidx.index import fitting, grouping
 from learnedidx.index import foldin as FI
@@ -17,7 +18,8 @@ from learnedidx.index.keys import KeyBatch
 from learnedidx.index.live import MISSING, LiveIndex
 from learnedidx.index.options import StoreOptions
 from learnedidx.index.retrainer import Retrainer
-from tests.index.invariants import contents
+from learnedidx.index.search import find_root
+from tests.index.invariants import contents, head, root_sample
 
 OPTS = StoreOptions(group_size=16, max_features=8, buffer_threshold=4)
 E = O.entry_points()
@@ -172,6 +174,39 @@ def test_adopt_keeps_the_descriptor_readers_hold():
     live.adopt(_built(ref))
     assert live.addr == addr
     _check(live, ref)
+
+
+@njit
+def _find_root(daddr: int, q: np.ndarray) -> int:
+    return find_root(L.desc(daddr), q.ctypes.data, q.shape[0])
+
+
+# Pivots for the root search: few distinct first 8 bytes (heads tie often), the lowest and
+# highest heads among them, any count of them (up to four levels of the root's sample).
+_pivot_st = st.builds(lambda a, b: a + b, st.sampled_from([b"", b"\x00" * 8, b"\xff" * 8, b"user0001", b"user0002"]),
+                      st.binary(max_size=3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(first=_pivot_st, pivots=st.lists(_pivot_st, max_size=300, unique=True), queries=st.lists(_pivot_st, max_size=40),
+       extra=st.sampled_from([0, 14, 15, 16, 240, 254, 255, 256, 4094, 4095, 4096]))
+def test_the_root_search_answers_the_last_pivot_at_or_below_the_key(first, pivots, queries, extra):
+    # The first group also holds every key below its pivot, so that pivot may be anything
+    # (keys below it split off keep it): root entry r > 0 is the group from pivots[r - 1].
+    # Extra pivots: every other one of a single head (those are searched whole).
+    pivots = sorted(set(pivots) | {(b"m%07d" if i % 2 else b"user0001m%07d") % i for i in range(extra)})
+    root = [first, *pivots]
+    live = LiveIndex(OPTS, 64)
+    n = len(root)
+    live._grow_root(n)
+    live.rhead[:n] = [head(p) for p in root]
+    live.rpiv[:n] = [id(p) for p in root]
+    live.D[L.D_NROOT] = n
+    FI.publish_root(live.addr)
+    assert live.rsamp[:L.sample_size(n)].tolist() == root_sample(live.rhead[:n].tolist())
+    for q in [first, *queries, *pivots[::max(1, n // 50)], *(p + b"\x00" for p in pivots[::7]), b"\x00", b"\xff" * 9]:
+        if q:
+            assert _find_root(live.addr, np.frombuffer(q, np.uint8)) == bisect.bisect_right(pivots, q), q
 
 
 def test_lists_resized_by_another_thread_are_read_by_their_size_at_the_call():
