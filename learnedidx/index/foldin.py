@@ -369,7 +369,6 @@ def set_slots(daddr, slots, values) -> None:
         d[slots[t]] = values[t]
 
 
-
 @njit(cache=True)
 def publish_root(daddr) -> None:
     """The root search reads the root's arrays as they are now (see

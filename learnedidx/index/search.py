@@ -12,13 +12,12 @@ import numpy as np
 from numba import njit
 
 from learnedidx.index.layout import (
-    D_NROOT, T_ERRHI, T_ERRLO, T_FEAT, T_HPREFIX, T_MPREFIX, T_N, T_P0, T_P1, T_RPREFIX, T_VITEMS, bytes_ptr, compare,
-    head, item, level_size, merged, root, root_sample, sample_levels)
+    D_NROOT, SIGN, T_ERRHI, T_ERRLO, T_FEAT, T_HPREFIX, T_MPREFIX, T_N, T_P0, T_P1, T_RPREFIX, T_VITEMS, bytes_ptr,
+    compare, head, item, level_size, merged, root, root_sample, sample_levels)
 from learnedidx.native import load_byte, prefetch, prefetch_address
 
 
-_LOWEST = np.int64(-(1 << 63))
-_HIGHEST = np.int64((1 << 63) - 1)
+_LOWEST, _HIGHEST = SIGN, ~SIGN  # the least and greatest heads
 
 
 @njit(cache=True, nogil=True)
