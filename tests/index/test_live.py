@@ -143,6 +143,14 @@ def test_a_pinned_view_keeps_its_moment_while_writers_go_on():
             ref[k] = b"new"
     assert live.views == [view]
     assert _scan(view.addr, b"\x00", 1000) == sorted(frozen.items())  # the view: before every write
+    # Its lookups route through its own root (the index's split since): each key, and a
+    # scan from the middle.
+    ks = sorted(frozen)
+    assert len(live.root_order()) > len(view.arrays[2])
+    for i in range(300):
+        k = b"k%04d" % i
+        assert E["get"](view.addr, k) is frozen.get(k, MISSING)
+    assert _scan(view.addr, b"k0151", 5) == [(k, frozen[k]) for k in ks[76:81]]
     _check(live, ref)  # the index: after them
     live.unpin(view)
     assert live.views == [] and view.keep == []
