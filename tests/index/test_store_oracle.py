@@ -14,6 +14,7 @@ from numba import njit
 
 import learnedidx
 from learnedidx.index import layout as L
+from learnedidx.index import store as store_module
 from learnedidx.index.search import _WHOLE, predicted_window
 from learnedidx.index.store import KeyBatch
 from tests.index.invariants import contents
@@ -111,6 +112,55 @@ class StoreMachine(RuleBasedStateMachine):
 
 TestStoreMachine = StoreMachine.TestCase
 TestStoreMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+class ViewMachine(StoreMachine):
+    """The machine above with iterations open across its writes, merges and retrains: each
+    yields the pairs as they were at its first ``next()``.  Views read three pairs at a time
+    so that a small store still spans many reads of a pinned view."""
+
+    def __init__(self):
+        super().__init__()
+        self.chunk, store_module._CHUNK = store_module._CHUNK, 3
+        self.views: list[tuple] = []  # (iterator, the pairs it has still to yield)
+
+    def teardown(self):
+        try:
+            for it, rest in self.views:
+                assert list(it) == rest
+        finally:
+            store_module._CHUNK = self.chunk
+            super().teardown()
+
+    @precondition(lambda self: len(self.views) < 4)
+    @rule(a=keys, b=keys, whole=st.booleans())
+    def open_view(self, a, b, whole):
+        lo, hi = min(a, b), max(a, b)
+        it = self.db.items() if whole else self.db.range(lo, hi)
+        want = [(k, v) for k, v in sorted(self.ref.items()) if whole or lo <= k < hi]
+        assert next(it, None) == (want[0] if want else None)  # the first next() pins
+        if want:
+            self.views.append((it, want[1:]))
+
+    @precondition(lambda self: self.views)
+    @rule(i=st.integers(0, 3), n=st.integers(1, 10))
+    def advance_view(self, i, n):
+        it, rest = self.views[i % len(self.views)]
+        for _ in range(n):
+            want = rest.pop(0) if rest else None
+            assert next(it, None) == want
+            if want is None:
+                self.views.remove((it, rest))
+                return
+
+    @precondition(lambda self: self.views)
+    @rule(i=st.integers(0, 3))
+    def close_view(self, i):
+        self.views.pop(i % len(self.views))[0].close()
+
+
+TestViewMachine = ViewMachine.TestCase
+TestViewMachine.settings = settings(max_examples=60, stateful_step_count=60, deadline=None)
 
 
 def test_iteration_and_scans_on_many_keys():
