@@ -145,12 +145,13 @@ class ViewMachine(StoreMachine):
     @precondition(lambda self: self.views)
     @rule(i=st.integers(0, 3), n=st.integers(1, 10))
     def advance_view(self, i, n):
-        it, rest = self.views[i % len(self.views)]
+        j = i % len(self.views)
+        it, rest = self.views[j]
         for _ in range(n):
             want = rest.pop(0) if rest else None
             assert next(it, None) == want
             if want is None:
-                self.views.remove((it, rest))
+                del self.views[j]
                 return
 
     @precondition(lambda self: self.views)
