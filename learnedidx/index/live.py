@@ -26,6 +26,7 @@ from learnedidx.index import kernels as K
 from learnedidx.index import foldin as FI
 from learnedidx.index import layout as L
 from learnedidx.index import ops as O
+from learnedidx.index import pages
 from learnedidx.index import pyobjects as P
 from learnedidx.index.keys import KeyBatch
 from learnedidx.index.options import StoreOptions
@@ -51,7 +52,7 @@ class Group:
     heads: np.ndarray
     offs: np.ndarray
     kbytes: np.ndarray
-    vals: list
+    vals: Any  #: the value slots (pages.slots: laid out as a list, and a list without the C module)
     bord: np.ndarray
     pivot: bytes
     memo: Memo | None = None  #: None: the next retrain is a full one
@@ -185,8 +186,8 @@ class LiveIndex:
         self._grow_root(G)
         B = self.B
         for g, (heads, offs, kb, n, pivot, prefix, feat, lo, hi, memo) in enumerate(specs):
-            v = P.untracked((vals[g] if vals else []) + [None] * (2 * B))
-            grp = Group(heads, offs, kb, v, np.zeros(1 + 2 * B, np.int64), pivot, memo)
+            v = pages.slots(vals[g] if vals else [], 2 * B)
+            grp = Group(heads, offs, kb, v, pages.zeros(1 + 2 * B, np.int64), pivot, memo)
             self.groups.append(grp)
             row = self.tab[g]
             row[L.T_HEADS], row[L.T_OFFS], row[L.T_BYTES], row[L.T_N] = _addr(heads), _addr(offs), _addr(kb), n
@@ -301,7 +302,7 @@ class LiveIndex:
         """Group ``g`` gets its own copy of its value list and buffer (a view reads the old)."""
         grp = self.groups[g]
         old = (grp.vals, grp.bord)
-        grp.vals, grp.bord = P.untracked(list(grp.vals)), grp.bord.copy()
+        grp.vals, grp.bord = pages.copy(grp.vals), grp.bord.copy()
         FI.publish_cow(self.addr, g, id(grp.vals), grp.bord)
         self._retire(*old)
 
@@ -314,11 +315,11 @@ class LiveIndex:
         grp = self.groups[g]
         m, nbytes, ins = FI.foldin_size(self.addr, g)
         B = self.B
-        heads = np.empty(m, np.int64)
-        offs = np.empty(m + 1, np.int64)
-        kb = np.empty(max(nbytes, 1), np.uint8)
-        vals = P.untracked([None] * (m + 2 * B))
-        bord = np.zeros(1 + 2 * B, np.int64)
+        heads = pages.empty(m, np.int64)
+        offs = pages.empty(m + 1, np.int64)
+        kb = pages.empty(max(nbytes, 1), np.uint8)
+        vals = pages.slots([], m + 2 * B)
+        bord = pages.zeros(1 + 2 * B, np.int64)
         newpos = np.empty(ins, np.int64)
         old = (grp.heads, grp.offs, grp.kbytes, grp.vals, grp.bord)
         grp.heads, grp.offs, grp.kbytes, grp.vals, grp.bord = heads, offs, kb, vals, bord
@@ -360,14 +361,14 @@ class LiveIndex:
             n = e - s
             o = offs[s:e + 1]
             plen = FI.key_prefix(o, kb, n)
-            h = np.empty(n, np.int64)
+            h = pages.empty(n, np.int64)
             FI.compute_heads(o, kb, n, plen, h)
             c = parent.copy()
             c[0] -= s  # the parent's model, for positions counted from this piece's first key
             lo, hi = FI.model_error_of(o, kb, n, mprefix, feat, c)
-            vals = P.untracked([None] * (n + 2 * B))
+            vals = pages.slots([], n + 2 * B)
             FI.move_values(self.addr, id(old_vals), s, e, id(vals), steal)
-            bord = np.zeros(1 + 2 * B, np.int64)
+            bord = pages.zeros(1 + 2 * B, np.int64)
             pivot = grp.pivot if t == 0 else kb[offs[s]:offs[s + 1]].tobytes()
             made.append(Group(h, o, kb, vals, bord, pivot, None, [], shares[t]))
             pieces[t] = [gids[t], _addr(h), _addr(o), _addr(kb), n, P.items_address(vals), _addr(bord), plen,
