@@ -23,22 +23,22 @@ BUILT = _pages is not None
 _MIN = _pages.MIN_BLOCK if BUILT else 0
 
 
-def empty(n: int, dtype: Any) -> np.ndarray:
-    """``np.empty(n, dtype)``, from the pool when it is at least a page."""
+def _array(n: int, dtype: Any, zero: bool) -> np.ndarray:
     dt = np.dtype(dtype)
     nbytes = n * dt.itemsize
     if not BUILT or nbytes < _MIN:
-        return np.empty(n, dt)
-    return np.frombuffer(_pages.Block(nbytes), dt, n)
+        return (np.zeros if zero else np.empty)(n, dt)
+    return np.frombuffer(_pages.Block(nbytes, zero), dt, n)
+
+
+def empty(n: int, dtype: Any) -> np.ndarray:
+    """``np.empty(n, dtype)``, from the pool when it is at least a page."""
+    return _array(n, dtype, False)
 
 
 def zeros(n: int, dtype: Any) -> np.ndarray:
     """``np.zeros(n, dtype)``, from the pool when it is at least a page."""
-    dt = np.dtype(dtype)
-    nbytes = n * dt.itemsize
-    if not BUILT or nbytes < _MIN:
-        return np.zeros(n, dt)
-    return np.frombuffer(_pages.Block(nbytes, True), dt, n)
+    return _array(n, dtype, True)
 
 
 def slots(items: list, extra: int = 0) -> Any:
