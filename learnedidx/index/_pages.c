@@ -16,15 +16,18 @@
  *                               and writes its items as it does a list's.  It owns one
  *                               reference per slot; len(), s[i] and copy() read it.
  *
- * The pool: blocks of 4 KiB to 8 MiB in size classes (eight per power of two, so that a
- * block wastes at most an eighth), cut from 256 MiB regions (reserved, not committed:
- * MAP_NORESERVE, pages are taken on first touch) and, once freed, kept on their class's
- * free list for the next block of that class; larger blocks are mapped and unmapped
- * alone.  Freed blocks are kept while any pooled block is in use (a store's arrays are
- * replaced by arrays of about the same sizes as its groups fold and split, so they are
- * taken again) and every region is unmapped when none is (every store closed).  Every call is made holding the GIL (the types' constructors and
- * deallocators), which serializes the pool; a fork copies it consistent.  Blocks are
- * reported to tracemalloc (domain TRACE_DOMAIN), as numpy reports its arrays.
+ * The pool: blocks of 4 KiB to 8 MiB, in whole pages, cut from 256 MiB regions (reserved,
+ * not committed: MAP_NORESERVE, pages are taken on first touch), each with a map of its
+ * pages in use.  A block takes the first run of free pages that holds it (first fit), so
+ * blocks freed side by side merge, and the arrays a fold-in or a split frees are cut again
+ * for arrays of any size; blocks in use stay low in their region.  A huge page left with
+ * no block in use goes back to the system at once (MADV_DONTNEED; a block there later
+ * takes a fresh one), so a store's resident memory follows its arrays, not its history.
+ * Larger blocks are mapped and unmapped alone, and every region is unmapped when no
+ * pooled block is in use (every store closed).  Every call is made holding the GIL (the
+ * types' constructors and deallocators), which serializes the pool; a fork copies it
+ * consistent.  Blocks are reported to tracemalloc (domain TRACE_DOMAIN), as numpy
+ * reports its arrays.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,33 +36,28 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#define HUGE (2u << 20)
+#define HUGE ((size_t)2 << 20)
 #define REGION ((size_t)256 << 20)
-#define MIN_BLOCK ((size_t)4096)
+#define PAGE ((size_t)4096)
+#define MIN_BLOCK PAGE
 #define MAX_POOLED ((size_t)8 << 20)
-#define NCLASSES 89               /* 4 KiB, then 8 per power of two up to 8 MiB */
-#define TRACE_DOMAIN 0x6c697078   /* "lipx" */
+#define NPAGES (REGION / PAGE)          /* a region's pages */
+#define NWORDS (NPAGES / 64)            /* the words of its page map */
+#define HUGE_WORDS (HUGE / PAGE / 64)   /* the words of one huge page's pages */
+#define TRACE_DOMAIN 0x6c697078         /* "lipx" */
 
-static char *bump, *bump_end;     /* the current region's untouched rest */
-static void *free_list[NCLASSES]; /* freed blocks, linked through their first word */
-static size_t committed;          /* bytes of pooled blocks handed out and not freed */
-static char **regions;            /* every region mapped, to unmap them all when unused */
+typedef struct {
+    char *base;
+    size_t top;             /* no page from here on is in use or holds data: they read as zeros */
+    size_t nfree;           /* pages in no block */
+    size_t first;           /* every page of the map's words before this one is in a block */
+    uint64_t used[NWORDS];  /* a bit per page, set while the page is in a block */
+} Region;
+
+static Region **regions;  /* every region mapped, to unmap them all when none is used */
 static Py_ssize_t nregions;
-
-/* The class of a request of n bytes (n <= MAX_POOLED) and its block size. */
-static int
-class_of(size_t n, size_t *size)
-{
-    if (n <= MIN_BLOCK) {
-        *size = MIN_BLOCK;
-        return 0;
-    }
-    int e = 63 - __builtin_clzll((unsigned long long)(n - 1));  /* 2^e < n <= 2^(e+1) */
-    size_t step = (size_t)1 << (e - 3);
-    size_t q = (n + step - 1) / step;                               /* 9..16 */
-    *size = q * step;
-    return (e - 12) * 8 + (int)(q - 9) + 1;
-}
+static size_t committed;  /* bytes of pooled blocks handed out and not freed */
+static size_t given_back; /* huge pages handed back to the system while regions stay mapped */
 
 /* size bytes mapped on their own, 2 MiB aligned, asked to be huge pages; NULL on failure. */
 static char *
@@ -78,32 +76,87 @@ map_huge(size_t size)
     return a;
 }
 
-/* A fresh region to cut from (the old one's rest is left untouched); 0 on failure. */
-static int
+/* A fresh region, every page free; NULL on failure. */
+static Region *
 new_region(void)
 {
-    char **more = PyMem_Realloc(regions, (nregions + 1) * sizeof(char *));
+    Region **more = PyMem_Realloc(regions, (nregions + 1) * sizeof(Region *));
     if (more == NULL)
-        return 0;
+        return NULL;
     regions = more;
-    char *r = map_huge(REGION);
+    Region *r = PyMem_Calloc(1, sizeof(Region));
     if (r == NULL)
-        return 0;
+        return NULL;
+    if ((r->base = map_huge(REGION)) == NULL) {
+        PyMem_Free(r);
+        return NULL;
+    }
+    r->nfree = NPAGES;
     regions[nregions++] = r;
-    bump = r;
-    bump_end = r + REGION;
-    return 1;
+    return r;
 }
 
 /* Every region back to the system: no pooled block is in use. */
 static void
 release_regions(void)
 {
-    for (Py_ssize_t i = 0; i < nregions; i++)
-        munmap(regions[i], REGION);
+    for (Py_ssize_t i = 0; i < nregions; i++) {
+        munmap(regions[i]->base, REGION);
+        PyMem_Free(regions[i]);
+    }
     nregions = 0;
-    memset(free_list, 0, sizeof free_list);
-    bump = bump_end = NULL;
+}
+
+/* The first run of k free pages in r's map (first fit, which keeps the blocks in use
+ * low in the region and lets the pages above them go back); NPAGES if there is none. */
+static size_t
+find_run(const Region *r, size_t k)
+{
+    size_t run = 0, start = 0;
+    for (size_t w = r->first; w < NWORDS; w++) {
+        uint64_t x = r->used[w];
+        if (x == 0) {
+            if (run == 0)
+                start = w * 64;
+            run += 64;
+        } else if (x == ~(uint64_t)0) {
+            run = 0;
+        } else {
+            for (unsigned b = 0; b < 64;) {
+                uint64_t y = x >> b;
+                if (y & 1) {  /* pages in use: skip them (~y is not 0, its top b bits are set) */
+                    b += (unsigned)__builtin_ctzll(~y);
+                    run = 0;
+                    continue;
+                }
+                unsigned zeros = y ? (unsigned)__builtin_ctzll(y) : 64 - b;
+                if (run == 0)
+                    start = w * 64 + b;
+                run += zeros;
+                b += zeros;
+                if (run >= k)
+                    return start;
+            }
+        }
+        if (run >= k)
+            return start;
+    }
+    return NPAGES;
+}
+
+/* Set (or clear) the bits of pages [at, at + k) in map. */
+static void
+mark(uint64_t *map, size_t at, size_t k, int set)
+{
+    for (size_t end = at + k; at < end;) {
+        size_t b = at % 64, n = 64 - b < end - at ? 64 - b : end - at;
+        uint64_t m = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << b;
+        if (set)
+            map[at / 64] |= m;
+        else
+            map[at / 64] &= ~m;
+        at += n;
+    }
 }
 
 static size_t
@@ -117,34 +170,65 @@ large_size(size_t n)
 static void *
 pool_alloc(size_t n, int zero, size_t *size)
 {
-    void *p;
     if (n > MAX_POOLED) {
         *size = large_size(n);
-        p = map_huge(*size);  /* fresh pages read as zeros */
-    } else {
-        int c = class_of(n, size);
-        p = free_list[c];
-        if (p != NULL) {
-            free_list[c] = *(void **)p;
-            if (zero)
-                memset(p, 0, *size);
-        } else {
-            if ((bump == NULL || (size_t)(bump_end - bump) < *size) && !new_region()) {
-                PyErr_NoMemory();
-                return NULL;
-            }
-            p = bump;  /* never touched: zeros */
-            bump += *size;
+        void *p = map_huge(*size);  /* fresh pages read as zeros */
+        if (p == NULL)
+            PyErr_NoMemory();
+        else
+            PyTraceMalloc_Track(TRACE_DOMAIN, (uintptr_t)p, *size);
+        return p;
+    }
+    size_t k = (n + PAGE - 1) / PAGE, at = NPAGES;
+    Region *r = NULL;
+    for (Py_ssize_t i = 0; i < nregions && r == NULL; i++)
+        if (regions[i]->nfree >= k && (at = find_run(regions[i], k)) < NPAGES)
+            r = regions[i];
+    if (r == NULL) {
+        if ((r = new_region()) == NULL) {
+            PyErr_NoMemory();
+            return NULL;
         }
+        at = 0;
     }
-    if (p == NULL) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    if (n <= MAX_POOLED)
-        committed += *size;
+    mark(r->used, at, k, 1);
+    r->nfree -= k;
+    while (r->first < NWORDS && r->used[r->first] == ~(uint64_t)0)
+        r->first++;
+    char *p = r->base + at * PAGE;
+    if (zero && at < r->top)  /* pages at and above top read as zeros already */
+        memset(p, 0, ((at + k < r->top ? at + k : r->top) - at) * PAGE);
+    if (at + k > r->top)
+        r->top = at + k;
+    *size = k * PAGE;
+    committed += *size;
     PyTraceMalloc_Track(TRACE_DOMAIN, (uintptr_t)p, *size);
     return p;
+}
+
+static int
+huge_page_free(const Region *r, size_t h)
+{
+    for (size_t w = h * HUGE_WORDS; w < (h + 1) * HUGE_WORDS; w++)
+        if (r->used[w])
+            return 0;
+    return 1;
+}
+
+/* Pages [at, at + k) of r were just freed: every huge page they leave with no block goes
+ * back to the system (a later block there takes a fresh one), and top comes down over
+ * the free huge pages under it. */
+static void
+give_back(Region *r, size_t at, size_t k)
+{
+    size_t per = HUGE / PAGE;
+    for (size_t h = at / per; h <= (at + k - 1) / per; h++)
+        if (h * per < r->top && huge_page_free(r, h)) {
+            madvise(r->base + h * HUGE, HUGE, MADV_DONTNEED);
+            given_back++;
+        }
+    while (r->top > 0 && huge_page_free(r, (r->top - 1) / per))
+        r->top = (r->top - 1) / per * per;
 }
 
 static void
@@ -155,13 +239,21 @@ pool_free(void *p, size_t size)
         munmap(p, size);
         return;
     }
-    size_t s;
-    int c = class_of(size, &s);
-    *(void **)p = free_list[c];
-    free_list[c] = p;
     committed -= size;
-    if (committed == 0)
+    if (committed == 0) {
         release_regions();
+        return;
+    }
+    Region *r = NULL;
+    for (Py_ssize_t i = 0; r == NULL; i++)
+        if ((char *)p >= regions[i]->base && (char *)p < regions[i]->base + REGION)
+            r = regions[i];
+    size_t at = (size_t)((char *)p - r->base) / PAGE, k = size / PAGE;
+    mark(r->used, at, k, 0);
+    r->nfree += k;
+    if (at / 64 < r->first)
+        r->first = at / 64;
+    give_back(r, at, k);
 }
 
 /* ------------------------------------------------------------------ Block */
@@ -380,6 +472,12 @@ pages_regions(PyObject *mod, PyObject *unused)
 }
 
 static PyObject *
+pages_given_back(PyObject *mod, PyObject *unused)
+{
+    return PyLong_FromSize_t(given_back);
+}
+
+static PyObject *
 pages_block_size(PyObject *mod, PyObject *arg)
 {
     Py_ssize_t n = PyLong_AsSsize_t(arg);
@@ -393,13 +491,14 @@ pages_block_size(PyObject *mod, PyObject *arg)
     if ((size_t)n > MAX_POOLED)
         size = large_size((size_t)n);
     else
-        class_of((size_t)n, &size);
+        size = ((size_t)n + PAGE - 1) / PAGE * PAGE;
     return PyLong_FromSize_t(size);
 }
 
 static PyMethodDef module_methods[] = {
     {"committed", pages_committed, METH_NOARGS, "Bytes of pooled blocks in use (handed out, not freed)."},
     {"regions", pages_regions, METH_NOARGS, "Regions mapped for pooled blocks."},
+    {"given_back", pages_given_back, METH_NOARGS, "Huge pages handed back to the system, all empty, while regions stayed mapped."},
     {"block_size", pages_block_size, METH_O, "The size of the block a request of n bytes takes."},
     {NULL},
 };
