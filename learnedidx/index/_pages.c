@@ -31,6 +31,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -244,10 +245,11 @@ pool_free(void *p, size_t size)
         release_regions();
         return;
     }
-    Region *r = NULL;
-    for (Py_ssize_t i = 0; r == NULL; i++)
+    Region *r = NULL;  /* the region that holds p: one of a few, every block is in one */
+    for (Py_ssize_t i = 0; i < nregions && r == NULL; i++)
         if ((char *)p >= regions[i]->base && (char *)p < regions[i]->base + REGION)
             r = regions[i];
+    assert(r != NULL);
     size_t at = (size_t)((char *)p - r->base) / PAGE, k = size / PAGE;
     mark(r->used, at, k, 0);
     r->nfree += k;
