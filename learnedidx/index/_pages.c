@@ -160,10 +160,14 @@ mark(uint64_t *map, size_t at, size_t k, int set)
     }
 }
 
+/* The size of the block a request of n bytes takes: whole pages in the pool, whole huge
+ * pages for a block mapped alone. */
 static size_t
-large_size(size_t n)
+block_bytes(size_t n)
 {
-    return (n + HUGE - 1) & ~(size_t)(HUGE - 1);
+    if (n > MAX_POOLED)
+        return (n + HUGE - 1) & ~(size_t)(HUGE - 1);
+    return (n + PAGE - 1) / PAGE * PAGE;
 }
 
 /* A block of at least n bytes (its size in *size), zeroed when `zero`; NULL with
@@ -171,8 +175,8 @@ large_size(size_t n)
 static void *
 pool_alloc(size_t n, int zero, size_t *size)
 {
+    *size = block_bytes(n);
     if (n > MAX_POOLED) {
-        *size = large_size(n);
         void *p = map_huge(*size);  /* fresh pages read as zeros */
         if (p == NULL)
             PyErr_NoMemory();
@@ -180,7 +184,7 @@ pool_alloc(size_t n, int zero, size_t *size)
             PyTraceMalloc_Track(TRACE_DOMAIN, (uintptr_t)p, *size);
         return p;
     }
-    size_t k = (n + PAGE - 1) / PAGE, at = NPAGES;
+    size_t k = *size / PAGE, at = NPAGES;
     Region *r = NULL;
     for (Py_ssize_t i = 0; i < nregions && r == NULL; i++)
         if (regions[i]->nfree >= k && (at = find_run(regions[i], k)) < NPAGES)
@@ -201,7 +205,6 @@ pool_alloc(size_t n, int zero, size_t *size)
         memset(p, 0, ((at + k < r->top ? at + k : r->top) - at) * PAGE);
     if (at + k > r->top)
         r->top = at + k;
-    *size = k * PAGE;
     committed += *size;
     PyTraceMalloc_Track(TRACE_DOMAIN, (uintptr_t)p, *size);
     return p;
@@ -489,12 +492,7 @@ pages_block_size(PyObject *mod, PyObject *arg)
         PyErr_SetString(PyExc_ValueError, "a block holds at least one byte");
         return NULL;
     }
-    size_t size;
-    if ((size_t)n > MAX_POOLED)
-        size = large_size((size_t)n);
-    else
-        size = ((size_t)n + PAGE - 1) / PAGE * PAGE;
-    return PyLong_FromSize_t(size);
+    return PyLong_FromSize_t(block_bytes((size_t)n));
 }
 
 static PyMethodDef module_methods[] = {
