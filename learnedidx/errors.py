@@ -101,6 +101,13 @@ class StoreClosedError(LearnedIdxError, RuntimeError, kind="store-closed", sqlst
     """An operation was attempted on a closed store."""
 
 
+class StoreForkedError(StoreClosedError, kind="store-forked", sqlstate="55000"):
+    """A store opened in a parent process was used in a child made by ``fork()``: the child
+    shares the parent's files, locks and threads' state, so its copy of the store refuses
+    every operation and never touches the store's files (open the store again in the
+    child once the parent has closed it)."""
+
+
 class StoreLockedError(LearnedIdxError, RuntimeError, kind="store-locked", sqlstate="55006"):
     """Another process has the store directory open."""
 

@@ -17,10 +17,33 @@ from learnedidx.index import pyobjects as P
 
 @dataclass
 class KeyBatch:
-    """Keys as one arena + offsets (exact bytes, NULs included): the zero-copy batch input."""
+    """Keys as one arena + offsets (exact bytes, NULs included): the zero-copy batch input.
+
+    ``arena`` is any bytes-like (kept as a uint8 array, not copied), ``offsets`` the ``n + 1``
+    offsets of the keys in it: from 0 or more, never decreasing, none past the arena's end
+    (else :class:`~learnedidx.errors.ArgumentError`)."""
 
     arena: np.ndarray
     offsets: np.ndarray
+
+    def __post_init__(self) -> None:
+        try:
+            self.arena = np.frombuffer(self.arena, np.uint8) if not isinstance(self.arena, np.ndarray) \
+                else self.arena.reshape(-1).view(np.uint8)
+            offsets = np.asarray(self.offsets)
+        except (TypeError, ValueError) as exc:
+            raise ArgumentTypeError(f"a KeyBatch is a bytes-like arena and integer offsets ({exc})") from None
+        if offsets.ndim != 1 or len(offsets) < 1 or (len(offsets) > 1 and offsets.dtype.kind not in "iu"):
+            raise ArgumentTypeError("KeyBatch offsets must be a 1-d sequence of n + 1 integers")
+        self.offsets = np.ascontiguousarray(offsets, np.int64)
+        self.check()
+
+    def check(self) -> None:
+        """ArgumentError unless the offsets describe keys inside the arena (see the class)."""
+        o = self.offsets
+        if o[0] < 0 or o[-1] > len(self.arena) or (len(o) > 1 and bool(np.any(o[1:] < o[:-1]))):
+            raise ArgumentError(f"KeyBatch offsets must start at 0 or more, never decrease and end at most at "
+                                f"the arena's {len(self.arena)} bytes")
 
     @classmethod
     def from_keys(cls, keys: Sequence[bytes]) -> "KeyBatch":
@@ -73,7 +96,10 @@ def check_key(key: Any, max_len: int) -> bytes:
     if type(key) is bytes:
         k = key
     elif isinstance(key, str):
-        k = key.encode("utf-8")
+        try:
+            k = key.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate has no UTF-8 form
+            raise KeyTypeError(f"a str key must be encodable as UTF-8 ({exc.reason} at {exc.start})") from None
     elif isinstance(key, (bytes, bytearray, memoryview)):
         k = bytes(key)
     else:
@@ -143,6 +169,7 @@ def _listed(keys: Any) -> list:
 def key_list(keys: Any, max_len: int) -> list[bytes]:
     """``keys`` as a list of checked ``bytes`` (the list itself when it already is one)."""
     if isinstance(keys, KeyBatch):
+        keys.check()  # its arrays may have changed since it was made
         return keys.keys()
     klist = _listed(keys)
     if klist and set(map(type, klist)) == {bytes} and min(map(len, klist)) >= 1 \
@@ -155,6 +182,7 @@ def as_batch(keys: Any, max_len: int) -> tuple[KeyBatch, list[bytes] | None]:
     """``keys`` packed for the search kernels, and as a list of checked ``bytes`` (None
     when they came as a :class:`KeyBatch`)."""
     if isinstance(keys, KeyBatch):
+        keys.check()
         return keys, None
     klist = _listed(keys)
     if P.LAYOUT_OK and len(klist) > 16:

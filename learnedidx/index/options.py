@@ -13,6 +13,28 @@ SYNC_POLICIES = ("always", "batch", "off")
 RETRAIN_MODES = ("background", "inline", "off")
 RECOVERY_MODES = ("strict", "point-in-time")
 
+#: The range of each integer option (docs/store.md, Options).  The upper bounds keep every
+#: size the store derives from them (a group's buffer and value slots, ``2 * buffer_threshold``
+#: per group; a key's length in a log record, a u32) far from what memory or a record holds.
+INT_RANGES = {
+    "max_key_len": (1, 1 << 20),
+    "group_size": (16, 1 << 24),
+    "max_features": (1, 255),
+    "buffer_threshold": (1, 1 << 16),
+    "checkpoint_bytes": (0, 1 << 62),
+    "max_backlog": (1, 1 << 62),
+}
+#: The range of each number option: (least, greatest, whether the least is excluded).
+#: Intervals are bounded so that a thread's wait on them stays a wait (``sleep(1e308)``
+#: raises ``OverflowError`` in the thread that would sync the log).
+NUMBER_RANGES = {
+    "sync_interval": (0.0, 3600.0, True),
+    "retrain_interval": (0.0, 3600.0, True),
+    "trainer_retry": (0.0, 86400.0, False),
+    "full_retrain_fraction": (0.0, 1.0, False),
+    "retrain_after": (0.0, 1e12, False),
+}
+
 
 @dataclass(frozen=True)
 class StoreOptions:
@@ -26,7 +48,7 @@ class StoreOptions:
     max_features: int = 32  #: cap on a group model's feature length
     buffer_threshold: int = 1024  #: buffered writes of a group that call for a merge
     retrain: str = "background"  #: who merges: background, inline or off
-    retrain_interval: float = 1.0  #: seconds between background merge rounds
+    retrain_interval: float = 1.0  #: seconds the background thread waits after a failed retrain
     trainer: str | TrainingBackend = "cpu"  #: training backend name or instance
     trainer_options: Mapping[str, Any] | None = field(default_factory=dict)  #: options of a named trainer
     trainer_retry: float = 30.0  #: seconds before a failed trainer is tried again
@@ -40,17 +62,10 @@ class StoreOptions:
         _choice("sync", self.sync, SYNC_POLICIES)
         _choice("retrain", self.retrain, RETRAIN_MODES)
         _choice("recovery", self.recovery, RECOVERY_MODES)
-        _int("max_key_len", self.max_key_len, 1)
-        _int("group_size", self.group_size, 16)
-        _int("max_features", self.max_features, 1, 255)
-        _int("buffer_threshold", self.buffer_threshold, 1)
-        _int("checkpoint_bytes", self.checkpoint_bytes, 0)
-        _int("max_backlog", self.max_backlog, 1)
-        _number("sync_interval", self.sync_interval, positive=True)
-        _number("retrain_interval", self.retrain_interval, positive=True)
-        _number("trainer_retry", self.trainer_retry)
-        _number("full_retrain_fraction", self.full_retrain_fraction)
-        _number("retrain_after", self.retrain_after)
+        for name, (lo, hi) in INT_RANGES.items():
+            _int(name, getattr(self, name), lo, hi)
+        for name, (lo, hi, positive) in NUMBER_RANGES.items():
+            _number(name, getattr(self, name), hi, positive)
         if not isinstance(self.trainer, str) and not isinstance(self.trainer, TrainingBackend):
             raise ConfigError(f"trainer must be a backend name or implement train_full/train_incremental, "
                               f"not {type(self.trainer).__name__}")
@@ -81,15 +96,15 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
         raise ConfigError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
 
 
-def _int(name: str, value: Any, lo: int, hi: int | None = None) -> None:
+def _int(name: str, value: Any, lo: int, hi: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ConfigError(f"{name} must be an integer, not {type(value).__name__}")
-    if value < lo or (hi is not None and value > hi):
-        raise ConfigError(f"{name} must be {f'in {lo}..{hi}' if hi is not None else f'>= {lo}'}, not {value}")
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name} must be in {lo}..{hi}, not {value}")
 
 
-def _number(name: str, value: Any, positive: bool = False) -> None:
+def _number(name: str, value: Any, hi: float, positive: bool) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise ConfigError(f"{name} must be a finite number, not {value!r}")
-    if value < 0 or (positive and value == 0):
-        raise ConfigError(f"{name} must be {'> 0' if positive else '>= 0'}, not {value}")
+    if value < 0 or (positive and value == 0) or value > hi:
+        raise ConfigError(f"{name} must be {'> 0' if positive else '>= 0'} and <= {hi:g}, not {value}")

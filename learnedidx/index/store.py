@@ -31,11 +31,12 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from learnedidx.errors import ConfigError, LearnedIdxError, StoreClosedError
+from learnedidx.errors import ConfigError, LearnedIdxError, StoreClosedError, StoreForkedError
 from learnedidx.index import foldin as FI
 from learnedidx.index import grouping
 from learnedidx.index import keys as KS
@@ -54,6 +55,7 @@ __all__ = ["Store", "StoreOptions", "KeyBatch"]
 log = logging.getLogger(__name__)
 
 _CHUNK = 1024  # pairs an iterator reads from its view per call
+_FIRST_ROOM = 256  # result slots a scan makes before it knows how many pairs it returns
 
 
 class _NoGC:
@@ -70,6 +72,21 @@ class _NoGC:
 
 
 _no_gc = _NoGC
+
+#: Every store not yet closed, so that a forked child can disown its copies of them.
+_open_stores: "weakref.WeakSet[Store]" = weakref.WeakSet()
+
+
+def _disown_after_fork() -> None:
+    """In a child made by ``fork()``: every store of the parent refuses use
+    (:class:`StoreForkedError`) and never touches its files, locks or threads (a parent's
+    thread may have held a lock at the fork, and the files are the parent's)."""
+    for store in list(_open_stores):
+        store._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_disown_after_fork)
 
 
 class Store:
@@ -90,6 +107,7 @@ class Store:
         self._ckpt_lock = threading.Lock()  # one checkpoint at a time
         self._ckpt_thread: threading.Thread | None = None  # the automatic one, past checkpoint_bytes
         self._closed = False
+        self._fork_child = False  # a copy of the store in a forked child (see _forked)
         self._stats = {"merges": 0, "splits": 0, "merge_seconds": 0.0}
         # The live index and its descriptor live as long as the store (a reader may hold
         # the descriptor's address while another thread closes the store).
@@ -113,10 +131,25 @@ class Store:
             except BaseException:
                 self._queue.close()
                 raise
+        _open_stores.add(self)
+
+    def _forked(self) -> None:
+        """This is a forked child's copy: closed without a lock, a checkpoint or a file call;
+        the compiled get and put decline (a key length limit of 0), so every call raises."""
+        self._fork_child = True
+        self._closed = True
+        self._live.D[L.D_MAXLEN] = 0
+
+    def _closed_error(self) -> StoreClosedError:
+        if self._fork_child:
+            return StoreForkedError("the store was opened before this process was forked from its parent: a "
+                                    "child cannot use it (it shares the parent's files); open it in the child "
+                                    "once the parent has closed it")
+        return StoreClosedError("the store is closed")
 
     def _check_open(self) -> None:
         if self._closed:
-            raise StoreClosedError("the store is closed")
+            raise self._closed_error()
 
     def _key(self, key: Any) -> bytes:
         return KS.check_key(key, self._max_len)
@@ -184,11 +217,11 @@ class Store:
     def scan(self, start_key: Any, count: int) -> list[tuple[bytes, bytes]]:
         """Up to ``count`` (key, value) pairs with key >= ``start_key``, in key order."""
         self._check_open()
-        KS.check_count(count)
+        count = KS.check_count(count)
+        room = min(count, _FIRST_ROOM)
         while True:
-            # Room for at most every key, read before the call: a store that grew meanwhile
-            # may fill it, and is then asked again with more room.
-            room = min(count, self._size + 64)
+            # Result lists follow what the scan returns: a scan that fills its room is made
+            # again, whole (one state of the store), with four times the room.
             ks, vs = [None] * room, [None] * room
             n = self._scan(self._addr, start_key, room, id(ks), id(vs), False, MISSING)
             if n == -2:
@@ -198,6 +231,7 @@ class Store:
                 raise MemoryError("out of memory making scan results")
             if n < room or room == count:
                 break
+            room = min(count, 4 * room)
         if n < room:
             del ks[n:], vs[n:]
         return list(zip(ks, vs))
@@ -207,12 +241,11 @@ class Store:
         for all, or one per start key."""
         self._check_open()
         klist = self._key_list(start_keys)
-        counts = KS.check_counts(count, len(klist))
+        counts = np.array(KS.check_counts(count, len(klist)), np.int64)
+        caps = np.minimum(counts, _FIRST_ROOM)
         while True:
-            # Room for at most every key, read before the call: a store that grew meanwhile
-            # may have filled some scan, which is then asked again with more room.
-            room = self._size + 64
-            caps = np.minimum(np.array(counts, np.int64), room)
+            # As in scan: room for what the scans return, four times more for a scan that
+            # filled its own, and all of them made again (one state of the store).
             total = int(caps.sum())
             ks, vs = [None] * total, [None] * total
             got = np.zeros(len(klist), np.int64)
@@ -222,8 +255,10 @@ class Store:
             if bad >= 0:
                 klist = KS.key_list(klist, self._max_len)
                 continue
-            if not np.any((got == caps) & (caps < np.array(counts, np.int64))):
+            full = (got == caps) & (caps < counts)
+            if not full.any():
                 break
+            caps = np.where(full, np.minimum(counts, 4 * caps), caps)
         out = []
         at = 0
         for c, g in zip(caps.tolist(), got.tolist()):
@@ -234,6 +269,7 @@ class Store:
     def _pinned(self, lo: bytes, hi: bytes | None) -> Iterator[tuple[bytes, bytes]]:
         """(key, value) pairs from ``lo`` to before ``hi``, as the index was at the first
         ``next()``: a pinned view, read a chunk at a time."""
+        self._check_open()
         with self._wlock:
             self._check_open()
             view = self._live.pin()
@@ -247,9 +283,12 @@ class Store:
                     return
                 start, excl = ks[n - 1], True
         finally:
-            self._live.unpin(view)  # no writer lock: this may run in a finalizer, in a writer
+            if not self._fork_child:  # a forked child leaves the parent's locks alone
+                self._live.unpin(view)  # no writer lock: this may run in a finalizer, in a writer
 
     def _scan_view(self, addr: int, start: bytes, ks: list, vs: list, excl: bool, bound: Any) -> int:
+        if self._fork_child:
+            raise self._closed_error()
         n = self._scan(addr, start, len(ks), id(ks), id(vs), excl, bound)
         if n < 0:
             raise MemoryError("out of memory making scan results")
@@ -271,6 +310,8 @@ class Store:
 
     # ------------------------------------------------------------------ writes
     def _put_locked(self, key: Any, value: Any, code: int) -> None:
+        if self._fork_child:  # never near a lock a parent's thread may have held at the fork
+            raise self._closed_error()
         if code & 0xFF == O.C_INSERTED_FULL:  # written, and its group's buffer is full
             with self._wlock:
                 g = code >> O.GROUP_SHIFT
@@ -283,7 +324,7 @@ class Store:
         v = value if type(value) is bytes else KS.check_value(value)
         with self._wlock:
             if self._closed:
-                raise StoreClosedError("the store is closed")
+                raise self._closed_error()
             dur = self._dur
             if dur is not None:
                 dur.log_put(k, v)
@@ -364,6 +405,7 @@ class Store:
 
     def delete(self, key: Any) -> bool:
         """Remove ``key``; True if it was present."""
+        self._check_open()
         k = self._exact_key(key)
         with self._wlock:
             self._check_open()
@@ -473,6 +515,7 @@ class Store:
     # ------------------------------------------------------------------ retraining
     def retrain_now(self) -> None:
         """Fold every buffered write in and retrain every group that is due, now."""
+        self._check_open()
         with self._wlock:
             self._check_open()
             for g in self._live.buffered_groups():
@@ -537,7 +580,8 @@ class Store:
     def close(self) -> None:
         """Stop the retrainer, checkpoint (durable stores) and release the directory, also
         when the checkpoint fails (which then raises).  A write racing ``close()`` either
-        completes before it or raises :class:`StoreClosedError`."""
+        completes before it or raises :class:`StoreClosedError`.  In a forked child, the
+        parent's store is left alone (nothing is written, nothing released)."""
         if self._closed:
             return
         self._queue.close()
@@ -546,6 +590,7 @@ class Store:
                 return
             self._closed = True
             FI.set_slots(self._addr, np.array([L.D_MAXLEN], np.int64), np.zeros(1, np.int64))
+        _open_stores.discard(self)
         ck = self._ckpt_thread
         if ck is not None:
             ck.join()

@@ -22,6 +22,7 @@ distributions may add theirs.  This module knows none of them by import.
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Callable, Protocol, runtime_checkable
@@ -134,14 +135,27 @@ def known_backends() -> list[str]:
 
 
 def get_backend(name: str = "cpu", **options) -> TrainingBackend:
-    """Instantiate the backend named ``name`` with ``options``; ConfigError for an unknown name."""
+    """Instantiate the backend named ``name`` with ``options``; ConfigError for an unknown
+    name, an option the backend does not take, or one it refuses."""
     factory = _FACTORIES.get(name)
     if factory is None:
         ep = _entry_points().get(name) if isinstance(name, str) else None
         if ep is None:
             raise ConfigError(f"unknown training backend {name!r}; known: {', '.join(known_backends())}")
         factory = ep.load()
-    backend = factory(**options)
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError as exc:
+        raise ConfigError(f"trainer_options {sorted(options)} are not options of training backend {name!r} "
+                          f"({exc})") from None
+    except ValueError:  # a factory whose signature cannot be read: it checks its own options
+        pass
+    try:
+        backend = factory(**options)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"training backend {name!r}: {exc}") from exc
     if not isinstance(backend, TrainingBackend):
         raise ConfigError(f"training backend {name!r} does not implement train_full/train_incremental")
     return backend

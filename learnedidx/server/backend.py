@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import itertools
 import threading
 import time
@@ -10,10 +11,28 @@ from collections import OrderedDict
 
 import numpy as np
 
-from learnedidx.errors import LearnedIdxError, ProtocolError, RemoteError, ServerUnavailableError
+from learnedidx.errors import ConfigError, LearnedIdxError, ProtocolError, RemoteError, ServerUnavailableError
 from learnedidx.index.kernels import FB_COLS, feature_bytes_many
 from learnedidx.index.training import KeysJob, TrainResult
 from learnedidx.server.client import Client
+
+
+def _check_options(socket, timeout, token, tcp, cache_r, max_groups) -> None:
+    """ConfigError for an option of the wrong type or out of range (a store checks its
+    trainer's options when it opens, not at its first retrain)."""
+    if socket is not None and not isinstance(socket, (str, os.PathLike)):
+        raise ConfigError(f"socket must be a path, not {type(socket).__name__}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+        raise ConfigError(f"timeout must be a number of seconds in (0, 86400], not {timeout!r}")
+    if token is not None and not isinstance(token, str):
+        raise ConfigError(f"token must be a str, not {type(token).__name__}")
+    if tcp is not None and not (isinstance(tcp, tuple) and len(tcp) == 2 and isinstance(tcp[0], str)
+                                and isinstance(tcp[1], int) and not isinstance(tcp[1], bool)):
+        raise ConfigError(f"tcp must be a (host, port) tuple, not {tcp!r}")
+    if not isinstance(cache_r, bool):
+        raise ConfigError(f"cache_r must be a bool, not {type(cache_r).__name__}")
+    if isinstance(max_groups, bool) or not isinstance(max_groups, int) or not 1 <= max_groups <= 1 << 24:
+        raise ConfigError(f"max_groups must be an integer in 1..{1 << 24}, not {max_groups!r}")
 
 
 class ServerBackend:
@@ -33,6 +52,7 @@ class ServerBackend:
 
     def __init__(self, socket: str | None = None, timeout: float = 30.0, token: str | None = None,
                  tcp: tuple[str, int] | None = None, cache_r: bool = True, max_groups: int = 1 << 16) -> None:
+        _check_options(socket, timeout, token, tcp, cache_r, max_groups)
         self.client = Client(tcp or socket, token=token, timeout=timeout)
         self.cache_r = cache_r
         self.max_groups = max_groups

@@ -204,14 +204,22 @@ def test_batches_in_flight_when_the_trainer_answers_again_log_it_once(monkeypatc
 def test_a_drain_does_not_wait_for_the_background_thread_to_train_alone(monkeypatch):
     """The background thread trains ripe groups a batch at a time on one core.  A drain
     (``retrain_now``) takes over after the batch in hand, with batches in flight on every
-    core, rather than waiting for the thread to get through them all."""
+    core, rather than waiting for the thread to get through them all.
+
+    Events, not timing: the background thread's first batch waits at a gate until the drain
+    has started, so whatever the machine's speed the thread holds one batch when the drain
+    begins, and the drain must then train the rest."""
     trainer = _Batches()
     train = trainer.train_keys
     threads: list[str] = []
+    in_hand, gate = threading.Event(), threading.Event()
 
     def train_keys(jobs):
-        threads.append(threading.current_thread().name)
-        time.sleep(0.03)  # a slow trainer: the thread has many batches to go when the drain starts
+        name = threading.current_thread().name
+        threads.append(name)
+        if name == "learnedidx-retrainer" and not gate.is_set():
+            in_hand.set()
+            assert gate.wait(60)
         return train(jobs)
 
     trainer.train_keys = train_keys
@@ -221,19 +229,25 @@ def test_a_drain_does_not_wait_for_the_background_thread_to_train_alone(monkeypa
     ref = {k: k[:6] for k in keys[::2]}
     with learnedidx.open(None, group_size=128, buffer_threshold=16, retrain="background", trainer=_Batches.name,
                          max_backlog=1 << 24) as db:
+        gate.set()  # the bulk load's own retraining passes
         db.put_many(list(ref), list(ref.values()))
         db.retrain_now()
+        threads.clear()
+        gate.clear()
         for k in keys[1::2]:  # every group doubles: all ripe
             db.put(k, k[-6:])
             ref[k] = k[-6:]
-        deadline = time.monotonic() + 10
-        while not threads and time.monotonic() < deadline:
-            time.sleep(0.005)
-        threads.clear()
+        assert in_hand.wait(60)  # the thread holds one batch, at the gate
         assert db.stats()["due_groups"] > 4 * BATCH_GROUPS
-        db.retrain_now()
+        drain = threading.Thread(target=db.retrain_now)
+        drain.start()
+        while db._queue._draining == 0:  # the drain has said it waits: the thread yields to it
+            time.sleep(0.001)
+        gate.set()
+        drain.join(120)
+        assert not drain.is_alive()
         background = threads.count("learnedidx-retrainer")
-        assert background <= 2 and len(threads) - background >= 4, threads
+        assert background == 1 and len(threads) - background >= 4, threads
         s = db.stats()
         assert s["due_groups"] == 0 and s["backlog"] == 0
         assert db.get_many(list(ref)) == [ref[k] for k in ref]

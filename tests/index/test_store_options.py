@@ -25,10 +25,44 @@ from learnedidx.index.training import get_backend, known_backends
     ("full_retrain_fraction", -0.5), ("full_retrain_fraction", float("inf")), ("trainer", 3),
     ("trainer_options", ["socket"]), ("trainer", "nope"), ("recovery", "lenient"), ("recovery", None),
     ("retrain_after", -0.1), ("retrain_after", float("nan")), ("retrain_after", "half"),
+    # upper bounds: each of these passed once and then mapped terabytes, overflowed or killed a thread
+    ("buffer_threshold", 2 ** 40), ("buffer_threshold", 2 ** 63), ("max_key_len", 2 ** 63),
+    ("group_size", 2 ** 62), ("sync_interval", 1e308), ("retrain_interval", 1e308), ("trainer_retry", 1e308),
+    ("checkpoint_bytes", 2 ** 64), ("max_backlog", 2 ** 64), ("full_retrain_fraction", 1.5),
+    ("trainer_options", {"bogus": 1}),
 ])
 def test_every_option_is_checked_and_the_error_names_it(name, value):
     with pytest.raises(ConfigError, match=name):
         learnedidx.open(**{name: value})
+
+
+@pytest.mark.parametrize("trainer,options", [
+    ("cpu", {"bogus": 1}), ("fpga-emu", {"bogus": 1}), ("server", {"bogus": 1}), ("server", {"timeout": "x"}),
+    ("server", {"timeout": float("inf")}), ("server", {"cache_r": 1}), ("server", {"max_groups": 0}),
+    ("server", {"socket": 3}), ("server", {"tcp": ("localhost", "80")}),
+])
+def test_trainer_options_are_checked_at_open(trainer, options):
+    with pytest.raises(ConfigError, match="trainer"):
+        learnedidx.open(trainer=trainer, trainer_options=options)
+
+
+def test_every_option_at_its_documented_bounds_works():
+    """The largest value of each bounded option opens a store that works (the batch log's
+    sync thread waits its interval, close() does not wait for it)."""
+    import tempfile
+    from learnedidx.index.options import INT_RANGES, NUMBER_RANGES
+    assert set(INT_RANGES) | set(NUMBER_RANGES) == {
+        "max_key_len", "group_size", "max_features", "buffer_threshold", "checkpoint_bytes", "max_backlog",
+        "sync_interval", "retrain_interval", "trainer_retry", "full_retrain_fraction", "retrain_after"}
+    top = {name: hi for name, (lo, hi) in INT_RANGES.items() if name != "max_features"}
+    top.update({name: hi for name, (lo, hi, _) in NUMBER_RANGES.items()})
+    with tempfile.TemporaryDirectory() as d:
+        with learnedidx.open(d, sync="batch", **top) as db:
+            db.put(b"k" * (1 << 20), b"v")
+            db.put_many([b"a", b"b"], [b"1", b"2"])
+            assert db.get(b"k" * (1 << 20)) == b"v" and len(db) == 3
+        with learnedidx.open(d, max_key_len=1 << 20) as db:
+            assert len(db) == 3
 
 
 def test_unknown_options_and_options_twice_are_refused():

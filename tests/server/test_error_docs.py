@@ -10,7 +10,8 @@ from learnedidx import errors
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: Kinds raised in the client process (store, workloads, an unreachable server), never replies.
 CLIENT_SIDE = {"argument-type", "argument", "key-type", "key-length", "record-too-large", "store-closed",
-               "store-locked", "corrupt-log", "store-io", "log-failed", "workload", "trace-format", "unavailable"}
+               "store-forked", "store-locked", "corrupt-log", "store-io", "log-failed", "workload", "trace-format",
+               "unavailable"}
 
 
 def _section(text: str, heading: str) -> str:
