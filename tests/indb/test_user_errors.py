@@ -50,6 +50,7 @@ MISTAKES = [
     ("train('fp', 't', 'y', 'x', '{\"epochs\": \"many\"}')", "22023", "epochs must be an integer"),
     ("train('fp', 't', 'y', 'x', '[1, 2]')", "22023", "params must be a JSON object"),
     ("train('zero', 't', 'y', 'x')", "22012", "update: division by zero"),
+    ("train('int_zero', 't', 'y', 'x')", "22012", "update: division by zero"),  # numpy's int64: inf once
     ("train('overflow', 't', 'y', 'x')", "22003", "update: a value out of range"),
     ("train('singular', 't', 'y', 'x')", "38000", "update: Singular matrix"),
     ("train('peek', 't', 'y', 'x')", "42601", "index is out of bounds"),
@@ -58,7 +59,7 @@ MISTAKES = [
 
 @pytest.mark.parametrize("call,state,match", MISTAKES, ids=[m[0][:60] for m in MISTAKES])
 def test_a_user_mistake_gets_its_sqlstate_and_names_the_argument(tab, call, state, match):
-    for name, update in (("zero", "w + 1.0 / 0.0"), ("overflow", "w * 10.0 ** 400.0"),
+    for name, update in (("zero", "w + 1.0 / 0.0"), ("int_zero", "w + 1 / 0"), ("overflow", "w * 10.0 ** 400.0"),
                          ("singular", "solve(outer(s, s) * 0.0, s)"), ("fp", "s")):
         tab.execute("SELECT learnedidx.register_algorithm(%s, %s)", (name, UPDATE.format(update)))
     tab.execute("SELECT learnedidx.register_algorithm('peek', %s)",
