@@ -404,7 +404,9 @@ page_source(Oid relid, ArrayType *columns, PageSource *ps)
 	const char *why = NULL;
 	int			arrays = 0;
 
-	rel = table_open(relid, AccessShareLock);
+	rel = try_table_open(relid, AccessShareLock);
+	if (rel == NULL)			/* a regclass argument may hold any OID */
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("relation with OID %u does not exist", relid)));
 	relkind = rel->rd_rel->relkind;
 	if (relkind != RELKIND_RELATION && relkind != RELKIND_MATVIEW && relkind != RELKIND_PARTITIONED_TABLE)
 	{

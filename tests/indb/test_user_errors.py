@@ -104,6 +104,20 @@ def test_non_finite_results_are_values_not_cast_failures(tab):
     assert tab.execute("SELECT 'NaN'::float8 = loss OR loss = 'Infinity' FROM r_m").fetchone() == (True,)
 
 
+def test_offload_of_a_relation_that_is_gone_or_no_table_is_a_user_error(db):
+    """_offload's source is a regclass, which holds any OID (a dropped table's): 42P01, not the
+    relation cache's XX000; an index is no table (42809)."""
+    db.execute("CREATE TABLE gone (y float8, x float8)")
+    db.execute("CREATE INDEX gone_y ON gone (y)")
+    oid, index = db.execute("SELECT 'gone'::regclass::oid, 'gone_y'::regclass::oid").fetchone()
+    call = "SELECT learnedidx._offload('indb.train', '{\"algorithm\": \"linregr\"}', %s::oid::regclass, '{y,x}')"
+    with pytest.raises(psycopg.errors.WrongObjectType, match='"gone_y" is an index'):
+        db.execute(call, (index,))
+    db.execute("DROP TABLE gone")
+    with pytest.raises(psycopg.errors.UndefinedTable, match=f"relation with OID {oid} does not exist"):
+        db.execute(call, (oid,))
+
+
 def test_registering_a_name_twice_is_a_duplicate_object(db):
     source = "def gradient(w, x, y):\n    return (dot(w, x) - y) * x\n"
     db.execute("SELECT learnedidx.register_algorithm('twice', %s)", (source,))
