@@ -35,6 +35,11 @@ LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'learnedidx_predict';
 CREATE FUNCTION learnedidx.predict_proba(model regclass, features float8[], VARIADIC "group" "any") RETURNS float8
 LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'learnedidx_predict_proba';
 
+-- Refuses (0A000) a grouping column of model `model` whose type predict would not read with the
+-- system's code only (see learnedidx.c, group_type_safe): the training functions call it.
+CREATE FUNCTION learnedidx._check_group_type(model text, "column" text, type regtype) RETURNS void
+LANGUAGE c STABLE STRICT SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'learnedidx_check_group_type';
+
 -- MADlib's prediction functions over coefficients (an output table's coef column):
 -- coef . features, the class (coef . features > 0) and P(y = 1), computed without overflow.
 CREATE FUNCTION learnedidx.linregr_predict(coef float8[], col_ind_var float8[]) RETURNS float8
@@ -259,6 +264,9 @@ if P is None:
         "offload": ("SELECT learnedidx._offload('indb.train', $1::pg_catalog.jsonb, "
                     "$2::pg_catalog.oid::pg_catalog.regclass, $3, $4, $5) AS r", ["text", "oid", "text[]", "text", "text"]),
         "path": ("SELECT pg_catalog.set_config('search_path', $1, true)", ["text"]),
+        "group_types": ("SELECT learnedidx._check_group_type($1, a.attname::pg_catalog.text, a.atttypid) "
+                        "FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1::pg_catalog.regclass "
+                        "AND a.attnum BETWEEN 1 AND $2 ORDER BY a.attnum", ["text", "int4"]),
         "version": ("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'learnedidx'", []),
     }.items()}
 BUILTINS = ("linregr", "logregr", "svm", "lmf")
@@ -456,6 +464,14 @@ if grouping is not None:
     opts["grouped"] = True
     query = "SELECT (%s), %s, (pg_catalog.dense_rank() OVER (ORDER BY %s))::pg_catalog.float8 FROM %s AS src" % (
         dep, indep, qg, src["from_sql"])
+    # The output table first, the grouping columns with the source's types as in MADlib's: predict
+    # reads only types it can read with the system's code, so others are refused before training.
+    plpy.execute(P["path"], [caller_path])
+    plpy.execute("CREATE TABLE %s AS SELECT %s, %s FROM %s AS src WITH NO DATA" % (
+        out, ", ".join("src.%s" % plpy.quote_ident(g) for g in groups),
+        ", ".join("NULL::%s AS %s" % (t, c) for c, t in columns_out + TIMES), src["from_sql"]))
+    plpy.execute(P["path"], ["pg_catalog, pg_temp"])
+    plpy.execute(P["group_types"], [out, len(groups)])
 if reader == "pages" and columns is None:
     fail("the page reader reads plain columns of a table, view-free: %s" % (
         "the source is a query" if src["oid"] is None else "dep or indep is an expression"), "0A000")
@@ -521,13 +537,7 @@ if groups is None:
     plpy.execute("CREATE TABLE %s (%s)" % (out, ", ".join("%s %s" % c for c in model_cols)))
     insert = plpy.prepare("INSERT INTO %s VALUES (%s)" % (
         out, ", ".join("$%d::%s" % (i + 1, t) for i, t in enumerate(types))), ["text"] * len(types))
-else:
-    # the grouping columns with the source's types, first, as in MADlib's output tables
-    qgroups = ", ".join("src.%s" % plpy.quote_ident(g) for g in groups)
-    plpy.execute(P["path"], [caller_path])
-    plpy.execute("CREATE TABLE %s AS SELECT %s, %s FROM %s AS src WITH NO DATA" % (
-        out, qgroups, ", ".join("NULL::%s AS %s" % (t, c) for c, t in model_cols), src["from_sql"]))
-    plpy.execute(P["path"], ["pg_catalog, pg_temp"])
+else:  # the output table was made before training
     insert = plpy.prepare("INSERT INTO %s SELECT %s, %s FROM pg_catalog.jsonb_populate_record(NULL::%s, "
                           "$1::pg_catalog.jsonb) AS k" % (
         out, ", ".join("k.%s" % plpy.quote_ident(g) for g in groups),
@@ -769,6 +779,17 @@ BEGIN ATOMIC
     SELECT learnedidx._predict_table(model, source, out_table, pg_catalog.current_setting('search_path'));
 END;
 
+-- The SQL reading column `col` of summary table `summary` (as `s`) as text: NULL when it has no
+-- such column (a summary written by hand may lack columns) or one of a type initdb did not make,
+-- whose text form could call a cast its owner wrote.
+CREATE FUNCTION learnedidx._summary_text(summary oid, col text) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce((SELECT format('s.%I::pg_catalog.text', a.attname) FROM pg_catalog.pg_attribute a
+                     WHERE a.attrelid = summary AND a.attname = col AND a.attnum > 0 AND NOT a.attisdropped
+                       AND a.atttypid < 16384),  -- FirstNormalObjectId
+                    'NULL::pg_catalog.text')
+$$;
+
 -- The models the caller can read (both tables readable): one row each.
 CREATE FUNCTION learnedidx._models()
 RETURNS TABLE(model regclass, algorithm text, source text, dep text, indep text, read_path text,
@@ -789,13 +810,16 @@ BEGIN
                AND NOT row_security_active(s.oid)
              ORDER BY n.nspname, o.relname
     LOOP
-        -- through jsonb: a summary table written by hand may lack columns
-        RETURN QUERY EXECUTE format('SELECT %s::oid::regclass, j->>''method'', j->>''source_table'', '
-                                    'j->>''dependent_varname'', j->>''independent_varname'', j->>''read_path'', '
-                                    'coalesce(j->>''num_rows_processed'', j->>''total_rows_processed'')::int8, '
-                                    '(j->>''created'')::timestamptz '
-                                    'FROM (SELECT pg_catalog.to_jsonb(s) AS j FROM ONLY %s AS s) AS s',
-                                    m.model, m.summary::regclass);
+        RETURN QUERY EXECUTE format('SELECT %s::oid::regclass, %s, %s, %s, %s, %s, coalesce(%s, %s)::int8, '
+                                    '(%s)::timestamptz FROM ONLY %s AS s', m.model,
+                                    learnedidx._summary_text(m.summary, 'method'),
+                                    learnedidx._summary_text(m.summary, 'source_table'),
+                                    learnedidx._summary_text(m.summary, 'dependent_varname'),
+                                    learnedidx._summary_text(m.summary, 'independent_varname'),
+                                    learnedidx._summary_text(m.summary, 'read_path'),
+                                    learnedidx._summary_text(m.summary, 'num_rows_processed'),
+                                    learnedidx._summary_text(m.summary, 'total_rows_processed'),
+                                    learnedidx._summary_text(m.summary, 'created'), m.summary::regclass);
     END LOOP;
 END $$;
 

@@ -34,10 +34,11 @@
 #include "access/relscan.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "catalog/objectaddress.h"
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_inherits.h"
-#include "catalog/pg_type_d.h"
+#include "catalog/pg_type.h"
 #include "executor/spi.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
@@ -49,6 +50,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
+#include "utils/fmgroids.h"
 #include "utils/guc.h"
 #include "utils/json.h"
 #include "utils/jsonb.h"
@@ -57,6 +59,7 @@
 #include "utils/rel.h"
 #include "utils/rls.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 #include "utils/typcache.h"
 #include "utils/wait_event.h"
 
@@ -404,7 +407,9 @@ page_source(Oid relid, ArrayType *columns, PageSource *ps)
 	const char *why = NULL;
 	int			arrays = 0;
 
-	rel = table_open(relid, AccessShareLock);
+	rel = try_table_open(relid, AccessShareLock);
+	if (rel == NULL)			/* a regclass argument may hold any OID */
+		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("relation with OID %u does not exist", relid)));
 	relkind = rel->rd_rel->relkind;
 	if (relkind != RELKIND_RELATION && relkind != RELKIND_MATVIEW && relkind != RELKIND_PARTITIONED_TABLE)
 	{
@@ -1273,6 +1278,67 @@ model_value(const char *sql, const char *model, const Oid *want, int n, bool *is
 	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
 }
 
+/*
+ * Whether predict reads group values of type `t` (a grouping column's) with the system's code
+ * only.  It converts a caller's value of another type with the column type's input function and
+ * compares values with its btree comparison; a domain's CHECK, and the functions of a type or
+ * cast a role made, are code the model's owner may have written, which would run as the caller.
+ * Safe: built-in types (made by initdb, below FirstNormalObjectId, which user objects never get),
+ * enums (always enum_in, enum_out and enum_cmp), arrays of these, and a domain over any of them
+ * (read as its base type, so its CHECKs never run).  Not: a domain inside an array (array_in
+ * checks each element), composites and ranges a role made (record_in and range_in run their
+ * members' input functions), base types a role made.
+ */
+static bool
+group_type_safe(Oid t)
+{
+	HeapTuple	tup;
+	Form_pg_type typ;
+	bool		safe = false;
+
+	t = getBaseType(t);
+	if (t < FirstNormalObjectId)
+		return true;
+	tup = SearchSysCache1(TYPEOID, ObjectIdGetDatum(t));
+	if (!HeapTupleIsValid(tup))
+		elog(ERROR, "cache lookup failed for type %u", t);
+	typ = (Form_pg_type) GETSTRUCT(tup);
+	if (typ->typtype == TYPTYPE_ENUM)
+		safe = typ->typinput == F_ENUM_IN && typ->typoutput == F_ENUM_OUT;
+	else if (typ->typtype == TYPTYPE_BASE && IsTrueArrayType(typ) && typ->typinput == F_ARRAY_IN &&
+			 typ->typoutput == F_ARRAY_OUT && get_typtype(typ->typelem) != TYPTYPE_DOMAIN)
+		safe = group_type_safe(typ->typelem);
+	ReleaseSysCache(tup);
+	return safe;
+}
+
+/* Refuse grouping column `column` of `model` when predict could not read its type `t` with the
+ * system's code only (at training, and again in predict: a model's table may be written by hand). */
+static void
+check_group_type(const char *model, const char *column, Oid t)
+{
+	if (!group_type_safe(t))
+		ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+						errmsg("grouping column \"%s\" of model %s has type %s, which predict does not read",
+							   column, model, format_type_be(t)),
+						errdetail("predict reads group values as built-in types, enums, arrays of these or domains "
+								  "over one: the input function of another type could run code of the role that "
+								  "made it (a domain's CHECK inside an array, composite or range) as the caller."),
+						errhint("Group by a column of such a type, e.g. cast in a query source.")));
+}
+
+PG_FUNCTION_INFO_V1(learnedidx_check_group_type);
+
+/* learnedidx._check_group_type(model text, column text, type regtype): check_group_type, for
+ * the training functions. */
+Datum
+learnedidx_check_group_type(PG_FUNCTION_ARGS)
+{
+	check_group_type(text_to_cstring(PG_GETARG_TEXT_PP(0)), text_to_cstring(PG_GETARG_TEXT_PP(1)),
+					 PG_GETARG_OID(2));
+	PG_RETURN_VOID();
+}
+
 /* Compare groups a and b of model m (keys ordered as the types' btree orders them, NULLs last). */
 static int
 compare_keys(const Model *m, const Datum *ka, const bool *na, const Datum *kb, const bool *nb)
@@ -1362,6 +1428,7 @@ load_groups(Model *m, const char *name, ArrayType *keycols, MemoryContext mcxt)
 	{
 		TypeCacheEntry *tc;
 
+		check_group_type(name, TextDatumGetCString(kn[j]), SPI_gettypeid(t->tupdesc, j + 1));
 		/* values of a domain compare and convert as its base type's (a domain's input would run
 		 * its CHECK expressions, code the model's owner wrote) */
 		m->keytype[j] = getBaseType(SPI_gettypeid(t->tupdesc, j + 1));
@@ -1459,6 +1526,7 @@ load_model(Oid relid, MemoryContext mcxt)
 	char	   *rel = get_rel_name(relid);
 	char	   *name;
 	char	   *summary;
+	Oid			summary_relid;
 	char	   *method;
 	bool		isnull;
 	Datum		d;
@@ -1470,11 +1538,12 @@ load_model(Oid relid, MemoryContext mcxt)
 		ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE), errmsg("model %u does not exist", relid)));
 	name = quote_qualified_identifier(nsp, rel);
 	summary = quote_qualified_identifier(nsp, psprintf("%s_summary", rel));
+	summary_relid = get_relname_relid(psprintf("%s_summary", rel), get_rel_namespace(relid));
 	/* Plain tables only, read without their inheritors and with row_security off (an error if
 	 * policies apply): reading a model runs no code of its owner's (views, policies, foreign
 	 * tables, casts), whoever owns it. */
 	if (get_rel_relkind(relid) != RELKIND_RELATION ||
-		get_rel_relkind(get_relname_relid(psprintf("%s_summary", rel), get_rel_namespace(relid))) != RELKIND_RELATION)
+		get_rel_relkind(summary_relid) != RELKIND_RELATION)
 		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
 						errmsg("%s is not a learnedidx model: it is not a table with a summary table %s", name,
 							   summary)));
@@ -1484,19 +1553,21 @@ load_model(Oid relid, MemoryContext mcxt)
 	(void) set_config_option("row_security", "off", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true, 0, false);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "SPI_connect failed");
-	/* (through jsonb: summaries written by hand, or by MADlib, have no grouping_columns) */
+	/* Summaries written by hand, or by MADlib, have no grouping_columns.  Columns are read as
+	 * they are, never converted: to_jsonb(s) would run a JSON cast of any column's type. */
 	{
 		Oid			want[3] = {TEXTOID, BOOLOID, TEXTARRAYOID};
+		bool		grouped = get_attnum(summary_relid, "grouping_columns") != InvalidAttrNumber;
 
-		d = model_value(psprintf("SELECT s.method, s.intercept, ARRAY(SELECT pg_catalog.jsonb_array_elements_text(g.j) "
-								 "FROM (SELECT pg_catalog.to_jsonb(s) OPERATOR(pg_catalog.->) 'grouping_columns' AS j) "
-								 "AS g WHERE pg_catalog.jsonb_typeof(g.j) OPERATOR(pg_catalog.=) 'array') "
-								 "FROM ONLY %s AS s", summary), name, want, 3, &isnull);
+		d = model_value(psprintf("SELECT s.method, s.intercept, %s FROM ONLY %s AS s",
+								 grouped ? "s.grouping_columns" : "NULL::pg_catalog.text[]", summary),
+						name, want, 3, &isnull);
 	}
 	if (isnull)
 		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE), errmsg("%s is not a learnedidx model", name)));
 	method = TextDatumGetCString(d);
-	keycols = DatumGetArrayTypePCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull));
+	d = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 3, &isnull);
+	keycols = isnull ? NULL : DatumGetArrayTypePCopy(d);
 	old = MemoryContextSwitchTo(mcxt);
 	m = palloc0(sizeof(Model));
 	m->relid = relid;
@@ -1506,7 +1577,7 @@ load_model(Oid relid, MemoryContext mcxt)
 		strcmp(method, "svm") == 0 || strcmp(method, "SVC") == 0 ? MODEL_SVM :
 		strcmp(method, "lmf") == 0 ? MODEL_LMF : MODEL_SCORE;
 	MemoryContextSwitchTo(old);
-	if (ArrayGetNItems(ARR_NDIM(keycols), ARR_DIMS(keycols)) > 0)
+	if (keycols != NULL && ArrayGetNItems(ARR_NDIM(keycols), ARR_DIMS(keycols)) > 0)
 	{
 		if (m->kind == MODEL_LMF)
 			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s: lmf models have no groups", name)));

@@ -5,7 +5,7 @@ from sklearn.datasets import load_breast_cancer, load_diabetes
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from learnedidx.errors import InDBError
+from learnedidx.errors import DSLDivisionByZeroError, InDBError
 from learnedidx.indb import runtime
 
 
@@ -149,3 +149,22 @@ def test_update_must_return_the_model():
                                     "def update(w, s, n):\n    return s / n\n")
     with pytest.raises(InDBError, match="update must return the model"):
         runtime.train(alg, {"X": X, "y": y})
+
+
+def test_update_divides_by_zero_as_the_per_tuple_functions_do():
+    """A division by a zero number raises DSLDivisionByZeroError (22012) in update as in the
+    per-tuple functions, which Numba compiles (update once gave inf on numpy's int64 literals:
+    ``w + 1 / 0``); arrays divide elementwise in both, their zeros giving inf and NaN."""
+    X, y = load_diabetes(return_X_y=True)
+    acc = "epochs = 1\ndef acc_s(w, x, y):\n    return (y - y) * x\ndef update(w, n, s):\n    return {}\n"
+    for name, update in (("int_zero", "w + 1 / 0"), ("float_zero", "w + 1.0 / 0"), ("zero_zero", "w + 0 / 0"),
+                         ("n_zero", "w + s / (n - n)")):
+        with pytest.raises(DSLDivisionByZeroError, match="update: division by zero"):
+            runtime.train(runtime.register_algorithm(f"div_{name}", acc.format(update)), {"X": X, "y": y})
+    # the oracle: Numba's own division, on the first tuple (which types the kernel) and on a later one
+    for name, zero in (("first", "(y - y)"), ("later", "(y - 75.0)")):
+        with pytest.raises(DSLDivisionByZeroError, match="division by zero"):
+            runtime.train(runtime.register_algorithm(f"div_tuple_{name}", "epochs = 1\ndef gradient(w, x, y):\n"
+                                                     f"    return (1.0 / {zero}) * x\n"), {"X": X, "y": y})
+    out = runtime.train(runtime.register_algorithm("div_arrays", acc.format("w + s / s")), {"X": X, "y": y})
+    assert np.all(np.isnan(out.model["coef"]))  # 0 / 0 elementwise, as numpy and Numba divide arrays

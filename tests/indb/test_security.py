@@ -575,11 +575,9 @@ def test_views_with_side_effects_run_as_the_callers_select(db):
     assert db.execute("SELECT count(*) FROM side").fetchone() == (30,)
 
 
-def test_reading_a_model_runs_no_code_of_its_owner(db):
-    """A role that makes a "model" for others to use (granted to them, or named by them) gets
-    no code run as them and cannot crash their backend: the model's tables are read without
-    casts, policies, views or inheritors, and a column of another type is an error (an int
-    coef once crashed the cluster)."""
+def _owner_and_victim(db) -> None:
+    """Roles mallory, who may create in public and owns steal() (it notes in ran who ran it),
+    and victim."""
     make_role(db, "mallory")
     make_role(db, "victim")
     db.execute("GRANT CREATE ON SCHEMA public TO mallory")
@@ -588,6 +586,15 @@ def test_reading_a_model_runs_no_code_of_its_owner(db):
         m.execute("GRANT INSERT ON ran TO PUBLIC")
         m.execute("""CREATE FUNCTION steal() RETURNS boolean LANGUAGE plpgsql AS $$
                      BEGIN INSERT INTO public.ran VALUES (current_user); RETURN true; END $$""")
+
+
+def test_reading_a_model_runs_no_code_of_its_owner(db):
+    """A role that makes a "model" for others to use (granted to them, or named by them) gets
+    no code run as them and cannot crash their backend: the model's tables are read without
+    casts, policies, views or inheritors, and a column of another type is an error (an int
+    coef once crashed the cluster)."""
+    _owner_and_victim(db)
+    with connect(db, "mallory") as m:
         # an int where the coefficients belong: the backend read it as an array pointer
         m.execute("CREATE TABLE crash (coef int)")
         m.execute("INSERT INTO crash VALUES (12345)")
@@ -635,3 +642,78 @@ def test_reading_a_model_runs_no_code_of_its_owner(db):
             ["casted", "crash", "parent"]  # pol's summary has policies: not even listed
         v.execute("SELECT * FROM learnedidx.models")
     assert db.execute("SELECT count(*) FROM ran").fetchone() == (0,)
+
+
+def test_predict_reads_group_values_with_the_systems_code_only(db):
+    """predict converts a caller's group value with the grouping column type's input function:
+    for an array, composite or range of the model owner's domain that ran the domain's CHECK, the
+    owner's code, as the caller.  Such types are refused at training and, in a model written by
+    hand, by predict; built-in types, enums, their arrays and top-level domains are read without
+    running any of the owner's functions (domain CHECKs, casts to the enum, to text or to json)."""
+    _owner_and_victim(db)
+    # a base type a role made (its I/O is the system's here, but typinput is the superuser's choice)
+    db.execute("CREATE TYPE mytext")
+    db.execute("CREATE FUNCTION mytext_in(cstring) RETURNS mytext LANGUAGE internal IMMUTABLE STRICT AS 'textin'")
+    db.execute("CREATE FUNCTION mytext_out(mytext) RETURNS cstring LANGUAGE internal IMMUTABLE STRICT AS 'textout'")
+    db.execute("CREATE TYPE mytext (INPUT = mytext_in, OUTPUT = mytext_out, LIKE = text)")
+    with connect(db, "mallory") as m:
+        m.execute("CREATE DOMAIN d AS int CHECK (public.steal())")
+        m.execute("CREATE DOMAIN dd AS d")
+        m.execute("CREATE DOMAIN darr AS d[]")
+        m.execute("CREATE TYPE c AS (a d)")
+        m.execute("CREATE TYPE r AS RANGE (subtype = d)")
+        m.execute("CREATE TYPE e AS ENUM ('1', 'a')")
+        m.execute("CREATE DOMAIN de AS e CHECK (public.steal())")
+        # training refuses a grouping column of such a type before it trains
+        m.execute("CREATE TABLE src (y float8, x float8, g d[], h e[])")
+        m.execute("INSERT INTO src SELECT i, i % 5, ARRAY[i % 2], CASE i % 2 WHEN 0 THEN '{1}'::e[] ELSE '{a}' END "
+                  "FROM generate_series(1, 40) i")
+        with pytest.raises(psycopg.errors.FeatureNotSupported,
+                           match=r'grouping column "g" of model public.src_g has type public.d\[\], which predict'):
+            m.execute("SELECT * FROM learnedidx.linregr_train('src', 'src_g', 'y', 'x', 'h, g')")
+        assert m.execute("SELECT to_regclass('src_g')").fetchone() == (None,)
+        m.execute("SELECT * FROM learnedidx.linregr_train('src', 'src_h', 'y', 'x', 'h')")
+        m.execute("SELECT * FROM learnedidx.linregr_train('SELECT y, x, g::int[] AS g FROM src', 'src_gi', 'y', 'x', "
+                  "'g')")  # the way to group by it
+        # casts of the owner's to and from its enum: predict and learnedidx.models call none
+        for source, target, implicit in (("text", "e", "AS IMPLICIT"), ("int", "e", "AS IMPLICIT"),
+                                         ("e", "text", ""), ("e", "json", ""), ("e", "int8", "")):
+            m.execute(f"CREATE FUNCTION {source}_to_{target}({source}) RETURNS {target} LANGUAGE plpgsql AS "
+                      f"$$ BEGIN PERFORM public.steal(); RETURN NULL; END $$")
+            m.execute(f"CREATE CAST ({source} AS {target}) WITH FUNCTION {source}_to_{target}({source}) {implicit}")
+        # models written by hand: coef {1, 2} with an intercept for the group value given
+        forged = {"arr": ("d[]", "{1}"), "arr2": ("dd[]", "{1}"), "darr_m": ("darr", "{1}"), "comp": ("c", "(1)"),
+                  "rng": ("r", "[1,2)"), "mrng": ("r_multirange", "{[1,2)}"), "mine": ("mytext", "1"),
+                  "dom": ("dd", "1"), "enum": ("e", "1"), "enumarr": ("e[]", "{1}"), "denum": ("de", "1")}
+        for name, (typ, value) in forged.items():
+            m.execute(f"CREATE TABLE {name} (g {typ}, coef float8[])")
+            m.execute(f"INSERT INTO {name} VALUES ('{value}'::{typ}, '{{1, 2}}')")
+            m.execute(f"CREATE TABLE {name}_summary (method text, intercept bool, grouping_columns text[])")
+            m.execute(f"INSERT INTO {name}_summary VALUES ('linregr', true, '{{g}}')")
+        # a summary whose columns have casts of the owner's to text, json and int8
+        m.execute("CREATE TABLE plain (coef float8[])")
+        m.execute("INSERT INTO plain VALUES ('{1, 2}')")
+        m.execute("CREATE TABLE plain_summary (method text, intercept bool, extra e, source_table e, "
+                  "num_rows_processed e, created e)")
+        m.execute("INSERT INTO plain_summary VALUES ('linregr', true, 'a', 'a', 'a', 'a')")
+        m.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO victim")
+        m.execute("TRUNCATE ran")
+    with connect(db, "victim") as v:
+        for model, groups in (("arr", ["'{1}'::text", "'{1}'", "ARRAY[1]"]), ("comp", ["'(1)'::text", "ROW(1)"]),
+                              ("arr2", ["'{1}'::text"]), ("darr_m", ["'{1}'"]), ("rng", ["'[1,2)'::text"]),
+                              ("mrng", ["'{[1,2)}'::text"]), ("mine", ["'1'::text"])):
+            for group in groups:
+                with pytest.raises(psycopg.errors.FeatureNotSupported, match="which predict does not read"):
+                    v.execute(f"SELECT learnedidx.predict('{model}', '{{1}}', {group})")
+        got = v.execute("SELECT learnedidx.predict('dom', '{1}', '1'::text), "
+                        "learnedidx.predict('dom', '{1}', 1::int8), "
+                        "learnedidx.predict('enum', '{1}', '1'::text), learnedidx.predict('enum', '{1}', 1), "
+                        "learnedidx.predict('enum', '{1}', 'a'), learnedidx.predict('enumarr', '{1}', ARRAY[1]), "
+                        "learnedidx.predict('enumarr', '{1}', '{1}'), learnedidx.predict('denum', '{1}', '1'), "
+                        "learnedidx.predict('plain', '{1}')").fetchone()
+        assert got == (3.0, 3.0, 3.0, 3.0, None, 3.0, 3.0, 3.0, 3.0)
+        assert v.execute("SELECT count(learnedidx.predict('src_h', ARRAY[x], h)), "
+                         "count(learnedidx.predict('src_gi', ARRAY[x], ARRAY[1]::int8[])) FROM src").fetchone() == (40, 40)
+        assert v.execute("SELECT source, num_rows_processed, created FROM learnedidx.models "
+                         "WHERE model = 'plain'::regclass").fetchone() == (None, None, None)
+    assert db.execute("SELECT who, count(*) FROM ran GROUP BY 1").fetchall() == []

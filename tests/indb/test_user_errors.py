@@ -50,6 +50,7 @@ MISTAKES = [
     ("train('fp', 't', 'y', 'x', '{\"epochs\": \"many\"}')", "22023", "epochs must be an integer"),
     ("train('fp', 't', 'y', 'x', '[1, 2]')", "22023", "params must be a JSON object"),
     ("train('zero', 't', 'y', 'x')", "22012", "update: division by zero"),
+    ("train('int_zero', 't', 'y', 'x')", "22012", "update: division by zero"),  # numpy's int64: inf once
     ("train('overflow', 't', 'y', 'x')", "22003", "update: a value out of range"),
     ("train('singular', 't', 'y', 'x')", "38000", "update: Singular matrix"),
     ("train('peek', 't', 'y', 'x')", "42601", "index is out of bounds"),
@@ -58,7 +59,7 @@ MISTAKES = [
 
 @pytest.mark.parametrize("call,state,match", MISTAKES, ids=[m[0][:60] for m in MISTAKES])
 def test_a_user_mistake_gets_its_sqlstate_and_names_the_argument(tab, call, state, match):
-    for name, update in (("zero", "w + 1.0 / 0.0"), ("overflow", "w * 10.0 ** 400.0"),
+    for name, update in (("zero", "w + 1.0 / 0.0"), ("int_zero", "w + 1 / 0"), ("overflow", "w * 10.0 ** 400.0"),
                          ("singular", "solve(outer(s, s) * 0.0, s)"), ("fp", "s")):
         tab.execute("SELECT learnedidx.register_algorithm(%s, %s)", (name, UPDATE.format(update)))
     tab.execute("SELECT learnedidx.register_algorithm('peek', %s)",
@@ -101,6 +102,20 @@ def test_non_finite_results_are_values_not_cast_failures(tab):
     loss = tab.execute("SELECT loss FROM learnedidx.lmf_train('r', 'r_m', 'u', 'i', 'v', stepsize => 5)").fetchone()[0]
     assert not np.isfinite(loss)
     assert tab.execute("SELECT 'NaN'::float8 = loss OR loss = 'Infinity' FROM r_m").fetchone() == (True,)
+
+
+def test_offload_of_a_relation_that_is_gone_or_no_table_is_a_user_error(db):
+    """_offload's source is a regclass, which holds any OID (a dropped table's): 42P01, not the
+    relation cache's XX000; an index is no table (42809)."""
+    db.execute("CREATE TABLE gone (y float8, x float8)")
+    db.execute("CREATE INDEX gone_y ON gone (y)")
+    oid, index = db.execute("SELECT 'gone'::regclass::oid, 'gone_y'::regclass::oid").fetchone()
+    call = "SELECT learnedidx._offload('indb.train', '{\"algorithm\": \"linregr\"}', %s::oid::regclass, '{y,x}')"
+    with pytest.raises(psycopg.errors.WrongObjectType, match='"gone_y" is an index'):
+        db.execute(call, (index,))
+    db.execute("DROP TABLE gone")
+    with pytest.raises(psycopg.errors.UndefinedTable, match=f"relation with OID {oid} does not exist"):
+        db.execute(call, (oid,))
 
 
 def test_registering_a_name_twice_is_a_duplicate_object(db):

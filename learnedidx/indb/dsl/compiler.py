@@ -214,6 +214,25 @@ class _FixedWidth(ast.NodeTransformer):
         return node
 
 
+class _CheckedDivision(ast.NodeTransformer):
+    """``a / b`` becomes ``_div(a, b)``: on numpy's scalars (int64 literals, the sums) a division
+    by zero gives inf, where the per-tuple functions (Numba) raise; ``update`` must raise too."""
+
+    def visit_BinOp(self, node: ast.BinOp) -> ast.AST:
+        node = self.generic_visit(node)
+        if isinstance(node.op, ast.Div):
+            return ast.copy_location(ast.Call(ast.Name("_div", ast.Load()), [node.left, node.right], []), node)
+        return node
+
+
+def _div(a, b):
+    """``a / b``, raising ZeroDivisionError for a zero scalar divisor as Numba does (arrays
+    divide elementwise, as in the per-tuple functions: inf and NaN are values)."""
+    if np.ndim(b) == 0 and b == 0:
+        raise ZeroDivisionError("division by zero")
+    return a / b
+
+
 def _bounded_update(fn, namespace: dict):
     """``update`` as the engine calls it: integers of fixed width (its arguments, ``len``, its
     literals) and matrices no larger than its largest argument, so its work stays bounded by
@@ -231,7 +250,8 @@ def _bounded_update(fn, namespace: dict):
                 raise DSLError(f"update: outer of {np.size(a)} x {np.size(b)} values is larger than the model's square")
             return np.outer(a, b)
 
-        bounded = {**namespace, "_int64": np.int64, "len": lambda a: np.int64(len(a)), "eye": eye, "outer": outer}
+        bounded = {**namespace, "_int64": np.int64, "_div": _div, "len": lambda a: np.int64(len(a)), "eye": eye,
+                   "outer": outer}
         call = types.FunctionType(fn.__code__, bounded, fn.__name__)
         try:
             with np.errstate(all="ignore"):  # inf and NaN are values here, as in the kernels
@@ -266,7 +286,8 @@ def compile_algorithm(name: str, source: str) -> Algorithm:
     form, accs, update_args = _form(funcs)
     split = {f.name: s for f in funcs.values() if f.name != "update" and (s := split_variant(f)) is not None}
     if "update" in funcs:
-        funcs["update"] = ast.fix_missing_locations(_FixedWidth().visit(copy.deepcopy(funcs["update"])))
+        funcs["update"] = ast.fix_missing_locations(
+            _CheckedDivision().visit(_FixedWidth().visit(copy.deepcopy(funcs["update"]))))
     module = ast.Module(body=list(funcs.values()) + list(split.values()), type_ignores=[])
     ns: dict = {"np": np, "__builtins__": {}, **FUNCTIONS, **UPDATE_FUNCTIONS}
     exec(compile(module, f"<dsl:{name}>", "exec"), ns)  # validated: only arithmetic and whitelisted calls

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from learnedidx.errors import DSLError
-from learnedidx.indb.dsl.compiler import Algorithm
+from learnedidx.indb.dsl.compiler import Algorithm, runtime_error
 from learnedidx.indb.dsl.functions import FUNCTIONS
 from learnedidx.indb.dsl.inline import Inliner
 from learnedidx.native import prefetch
@@ -224,6 +224,8 @@ def _mode(alg: Algorithm, fn: str, *args) -> str:
             pass
     try:
         return "scalar" if np.ndim(alg.namespace[fn](*args)) == 0 else "array"
+    except ZeroDivisionError as exc:  # the algorithm's own failure on the first tuple, as on any other
+        raise runtime_error(exc, fn) from None
     except Exception as exc:  # noqa: BLE001 - Numba typing errors on the user's code
         raise DSLError(f"{fn} cannot be compiled for this data: {str(exc).splitlines()[0]}") from None
 
