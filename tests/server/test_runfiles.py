@@ -6,6 +6,7 @@ directories and serves a socket the clients must refuse."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from learnedidx.errors import ServerUnavailableError
 from learnedidx.server.client import Client
 from learnedidx.server.process import spawn
 from tests.other_user import other_user, other_user_dir, wait_received
@@ -214,3 +216,15 @@ def test_stop_refuses_a_pidfile_in_a_directory_another_user_controls(tmp_path):
         sleep.kill()
         sleep.wait()
 
+
+def test_a_client_refuses_a_socket_another_user_serves():
+    """The other user's process greets like a server: the client reads nothing from it and
+    sends it nothing (its listener logs 0 bytes for the connection)."""
+    d = other_user_dir()
+    sock = str(d / "shared" / "accel.sock")
+    before = len(wait_received(d, 0))
+    with pytest.raises(ServerUnavailableError, match=re.escape(f"runs as {other_user(d)}, not as")):
+        Client(sock, timeout=10).call("health")
+    out = cli("status", "--socket", sock)
+    assert out.returncode == 1 and f"runs as {other_user(d)}" in out.stderr
+    assert wait_received(d, before + 2)[before:] == [0, 0]
