@@ -33,7 +33,7 @@ def start(
     max_call_memory: Optional[int] = typer.Option(None, "--max-call-memory",
                                                   help="bytes of training data per indb call [default: a quarter of RAM]"),
     max_calls: Optional[int] = typer.Option(None, "--max-calls", help="indb calls computing at once [default: the cores, at least 2]"),
-    pidfile: Optional[str] = typer.Option(None, "--pidfile", help="where the server writes its pid [default: <socket>.pid]"),
+    pidfile: Optional[str] = typer.Option(None, "--pidfile", help="where the server writes its pid, locked while it runs [default: <socket>.pid]"),
     daemon: bool = typer.Option(False, "--daemon", help="run in the background"),
 ) -> None:
     """Start the server (foreground unless --daemon).  Its socket, pidfile and log must be in
