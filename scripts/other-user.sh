@@ -45,8 +45,9 @@ up)
     install -d -o "$OTHER" -m 0700 "$DIR/private"
     install -d -o "$OTHER" -m 0755 "$DIR/shared"
     install -o "$OTHER" -m 0644 /dev/null "$DIR/shared/received"
-    runuser -u "$OTHER" -- "$REPO/.venv/bin/python" -P -c "$LISTENER" "$DIR/shared/accel.sock" \
-        "$DIR/shared/received" </dev/null >"$DIR/listener.log" 2>&1 &
+    # (NUMBA_CACHE_DIR: importing learnedidx leaves no directory of that user's outside DIR)
+    runuser -u "$OTHER" -- env NUMBA_CACHE_DIR="$DIR/shared/numba" "$REPO/.venv/bin/python" -P -c "$LISTENER" \
+        "$DIR/shared/accel.sock" "$DIR/shared/received" </dev/null >"$DIR/listener.log" 2>&1 &
     echo $! >"$DIR/listener.pid"  # runuser's pid (DIR is root's): it passes SIGTERM on to the listener
     for _ in $(seq 300); do [ -S "$DIR/shared/accel.sock" ] && exit 0; sleep 0.1; done
     echo "other-user.sh: the listener did not start:" >&2
