@@ -157,6 +157,20 @@ class AuthError(LearnedIdxError, kind="auth", sqlstate="28000"):
     """A request on the server's TCP listener without the right token."""
 
 
+class UnsafePathError(LearnedIdxError, PermissionError, kind="unsafe-path", sqlstate="55000"):
+    """A directory or file the server would use for its socket, pidfile or log is not safely
+    its OS user's: another user owns or may write the directory, or a symbolic link, a hard
+    link or a file of another kind is where a file of the server's belongs."""
+
+
+class ServerRunningError(LearnedIdxError, kind="server-running", sqlstate="F0001"):
+    """A server already runs with this socket or pidfile, or did not exit when stopped."""
+
+
+class NoPidfileError(LearnedIdxError, FileNotFoundError, kind="no-pidfile", sqlstate="58P01"):
+    """``server stop`` found no pidfile where it looked."""
+
+
 class BadRequestError(LearnedIdxError, ValueError, kind="bad-request", sqlstate="22023"):
     """A request the server cannot act on (missing or ill-typed arguments)."""
 

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -35,12 +33,13 @@ def start(
     max_call_memory: Optional[int] = typer.Option(None, "--max-call-memory",
                                                   help="bytes of training data per indb call [default: a quarter of RAM]"),
     max_calls: Optional[int] = typer.Option(None, "--max-calls", help="indb calls computing at once [default: the cores, at least 2]"),
-    pidfile: Optional[str] = typer.Option(None, "--pidfile", help="where the server writes its pid [default: <socket>.pid]"),
+    pidfile: Optional[str] = typer.Option(None, "--pidfile", help="where the server writes its pid, locked while it runs [default: <socket>.pid]"),
     daemon: bool = typer.Option(False, "--daemon", help="run in the background"),
 ) -> None:
-    """Start the server (foreground unless --daemon)."""
+    """Start the server (foreground unless --daemon).  Its socket, pidfile and log must be in
+    directories of this OS user that nobody else can write (docs/accelerator.md)."""
     from learnedidx.accel.config import DeviceConfig
-    from learnedidx.errors import ConfigError
+    from learnedidx.errors import ConfigError, LearnedIdxError
     from learnedidx.server.server import Limits, ServerConfig, serve
 
     pidfile = pidfile or str(_pidfile(socket))
@@ -56,20 +55,38 @@ def start(
     except (ConfigError, OSError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
-    if not daemon:
-        serve(cfg, pidfile)
-        return
-    # The daemon runs this command in the foreground, with the options given here.  -P: the
-    # current directory must not shadow the installed package (a clone named learnedidx).
-    args = [sys.executable, "-P", "-m", "learnedidx.server.main", *_options(ctx, skip={"daemon", "pidfile"}),
-            "--pidfile", pidfile]
-    log = Path(socket + ".log")
-    log.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    try:
+        if daemon:
+            _daemon(ctx, socket, pidfile)
+        else:
+            serve(cfg, pidfile)  # returns only when it refuses to start
+    except (LearnedIdxError, OSError) as exc:  # refused (UnsafePathError, ServerRunningError) or failed
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+
+
+def _daemon(ctx: typer.Context, socket: str, pidfile: str) -> None:
+    """Run this command in the foreground of a new session, logging to ``<socket>.log``, and
+    return once it serves with its kernels compiled."""
+    from learnedidx.errors import ServerUnavailableError
+    from learnedidx.server import runfiles
     from learnedidx.server.process import wait_ready
 
-    info = wait_ready(socket, 120, proc, warm=True)  # started = ready to serve without compiling
+    runfiles.check_start(socket, pidfile)
+    log = socket + ".log"
+    log_fd = runfiles.open_log(log)
+    # -P: the current directory must not shadow the installed package (a clone named learnedidx).
+    args = [sys.executable, "-P", "-m", "learnedidx.server.main", *_options(ctx, skip={"daemon", "pidfile"}),
+            "--pidfile", pidfile]
+    try:
+        proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    finally:
+        os.close(log_fd)
+    try:
+        info = wait_ready(socket, 120, proc, warm=True)  # started = ready to serve without compiling
+    except ServerUnavailableError as exc:
+        raise ServerUnavailableError(f"{exc} (its log: {log})") from None
     typer.echo(f"server pid {info['pid']} listening on {socket} (log {log})")
 
 
@@ -97,26 +114,25 @@ def _options(ctx: typer.Context, skip: set[str]) -> list[str]:
 
 
 @app.command()
-def stop(socket: str = typer.Option(default_socket_path(), "--socket")) -> None:
-    """Stop the server listening on --socket (SIGTERM, then wait)."""
-    pf = _pidfile(socket)
-    if not pf.exists():
-        typer.echo(f"no server pidfile at {pf}", err=True)
-        raise typer.Exit(1)
-    pid = int(pf.read_text())
+def stop(
+    socket: str = typer.Option(default_socket_path(), "--socket"),
+    pidfile: Optional[str] = typer.Option(None, "--pidfile", help="the --pidfile the server was started with "
+                                                                  "[default: <socket>.pid]"),
+) -> None:
+    """Stop the server holding the pidfile (SIGTERM, then wait up to 10 s for it to exit)."""
+    from learnedidx.errors import NoPidfileError, ServerRunningError, UnsafePathError
+    from learnedidx.server import runfiles
+
+    pidfile = pidfile or str(_pidfile(socket))
     try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pf.unlink(missing_ok=True)
-        typer.echo("server was not running")
-        return
-    for _ in range(100):  # the server removes its socket, then its pidfile, on the way out
-        if not Path(socket).exists() and not pf.exists():
-            typer.echo(f"stopped server pid {pid}")
-            return
-        time.sleep(0.1)
-    typer.echo(f"server pid {pid} has not exited after 10 s", err=True)
-    raise typer.Exit(1)
+        pid = runfiles.stop(pidfile, timeout=10)
+    except (NoPidfileError, UnsafePathError, ServerRunningError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+    if pid is None:
+        typer.echo(f"server was not running (no process holds {pidfile}; nothing was signalled)")
+    else:
+        typer.echo(f"stopped server pid {pid}")
 
 
 @app.command()

@@ -2,13 +2,25 @@
 from __future__ import annotations
 
 import itertools
+import os
 import socket
+import struct
 import threading
 
 import numpy as np
 
 from learnedidx.errors import ProtocolError, RemoteError, ServerUnavailableError
 from learnedidx.server import protocol as P
+from learnedidx.server.runfiles import user_name
+
+
+def _check_peer(sock: socket.socket) -> None:
+    """Refuse a Unix socket served by another OS user before reading or sending anything: a
+    user who could create the socket's path would otherwise receive the requests' data."""
+    pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if uid != os.geteuid():
+        raise ServerUnavailableError(f"the process listening there (pid {pid}) runs as {user_name(uid)}, not as "
+                                     f"{user_name(os.geteuid())}: the server must run as its clients' OS user")
 
 
 class Client:
@@ -29,6 +41,7 @@ class Client:
 
     def _connect(self) -> socket.socket:
         if self._sock is None:
+            s = None
             try:
                 if isinstance(self.address, tuple):
                     s = socket.create_connection(self.address, timeout=self.timeout)
@@ -36,8 +49,11 @@ class Client:
                     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
                     s.settimeout(self.timeout)
                     s.connect(self.address)
+                    _check_peer(s)
                 P.read_hello(s)
             except (OSError, ConnectionError, ProtocolError) as exc:
+                if s is not None:
+                    s.close()
                 raise ServerUnavailableError(f"cannot reach the accelerator server at {self.address}: {exc}") from None
             self._sock = s
             self.generation += 1

@@ -25,7 +25,7 @@ from pathlib import Path
 from learnedidx.errors import (SQLSTATES, AuthError, BadRequestError, CancelledError, ConfigError, LearnedIdxError,
                                ProtocolError, TooLargeError, UnknownOperationError, kind_of)
 from learnedidx.server import protocol as P
-from learnedidx.server import registry
+from learnedidx.server import registry, runfiles
 from learnedidx.server.device import Device
 from learnedidx.server.stream import CallStream
 
@@ -80,6 +80,8 @@ class Server:
         self._stats_lock = threading.Lock()
         self._stop = threading.Event()
         self._listeners: list[socket.socket] = []
+        self._socket_dir: int | None = None  # descriptor of the socket's checked directory (runfiles)
+        self._socket_file: tuple[int, int] | None = None  # (device, inode) of the socket bound there
         self._streams: set[CallStream] = set()  # calls in progress, closed when the server stops
         self._calls = threading.BoundedSemaphore(config.limits.max_calls)
         self.warm = threading.Event()  #: the start hooks have run: no call pays for compiling
@@ -95,19 +97,18 @@ class Server:
 
     # ------------------------------------------------------------------ lifecycle
     def bind(self) -> None:
-        path = Path(self.config.socket_path)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if path.exists():
-            if path.is_socket() and _socket_alive(str(path)):
-                raise ConfigError(f"a server is already listening on {path}")
-            path.unlink()
+        """Listen on the socket (its directory checked by ``runfiles.claim_socket``), and on TCP."""
+        name = Path(self.config.socket_path).name
+        self._socket_dir = runfiles.claim_socket(self.config.socket_path)
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
-            s.bind(str(path))
+            s.bind(self.config.socket_path)
         finally:
             os.umask(old)
-        os.chmod(path, self.config.socket_mode)
+        os.chmod(name, self.config.socket_mode, dir_fd=self._socket_dir)
+        st = os.stat(name, dir_fd=self._socket_dir, follow_symlinks=False)
+        self._socket_file = (st.st_dev, st.st_ino)
         s.listen(64)
         self._listeners.append(s)
         if self.config.tcp is not None:
@@ -153,12 +154,14 @@ class Server:
             except OSError:
                 pass
         self._listeners.clear()
-        try:
-            p = Path(self.config.socket_path)
-            if p.is_socket():
-                p.unlink()
-        except OSError:
-            pass
+        if self._socket_dir is not None:  # remove our socket, not one a later server bound there
+            name = Path(self.config.socket_path).name
+            with contextlib.suppress(OSError):
+                st = os.stat(name, dir_fd=self._socket_dir, follow_symlinks=False)
+                if (st.st_dev, st.st_ino) == self._socket_file:
+                    os.unlink(name, dir_fd=self._socket_dir)
+            os.close(self._socket_dir)
+            self._socket_dir = None
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -298,33 +301,26 @@ def _error_reply(rid, kind: str, message: str) -> dict:
             "error": {"kind": kind, "sqlstate": SQLSTATES.get(kind, SQLSTATES["internal"]), "message": message}}
 
 
-def _socket_alive(path: str) -> bool:
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(0.5)
-    try:
-        s.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
 def serve(config: ServerConfig, pidfile: str | None = None) -> None:
     """Run a server in the foreground until SIGTERM or SIGINT, logging to stderr; its pid is
-    in ``pidfile`` (when given) while it runs."""
+    in ``pidfile`` (when given, locked: ``runfiles.PidFile``) while it runs.  Refusing its
+    socket or pidfile raises UnsafePathError or ServerRunningError before it serves."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s learnedidx-server %(levelname)s %(message)s")
-    server = Server(config)
-    server.bind()
+    lock = runfiles.PidFile.acquire(pidfile) if pidfile else None
+    try:
+        server = Server(config)
+        server.bind()
+    except BaseException:
+        if lock:
+            lock.release()
+        raise
     server.install_signal_handlers()
-    if pidfile:
-        Path(pidfile).write_text(str(os.getpid()))
     log.info("listening on %s (backend %s)", config.socket_path, config.backend)
     try:
         server.serve_forever()
     finally:
-        if pidfile:
-            Path(pidfile).unlink(missing_ok=True)
+        if lock:
+            lock.release()
         log.info("stopped")
         logging.shutdown()
         # Calls may still compute (Numba, OpenBLAS threads): exit without waiting for them, nor

@@ -195,3 +195,21 @@ def test_a_socket_that_breaks_the_protocol_is_08P01_and_one_that_is_silent_08006
         assert err.value.sqlstate == state, str(err.value)
         t.join(10)
         srv.close()
+
+
+def test_a_socket_another_os_user_serves_is_08006_before_anything_is_sent(db):
+    """A process of another OS user greeting like the server (where learnedidx.socket points,
+    or where another user made the directory of the default path) gets nothing of the caller's
+    data: the backend checks the listener's user (SO_PEERCRED) before it reads or sends."""
+    from tests.other_user import other_user_dir, wait_received
+
+    d = other_user_dir()
+    before = len(wait_received(d, 0))
+    db.execute("CREATE TABLE secret (y float8, x float8)")
+    db.execute("INSERT INTO secret VALUES (1, 1), (2, 2), (3, 4)")
+    db.execute("SELECT set_config('learnedidx.socket', %s, false)", (str(d / "shared" / "accel.sock"),))
+    with pytest.raises(psycopg.Error) as err:
+        db.execute("SELECT * FROM learnedidx.linregr_train('secret', 'secret_m', 'y', 'x')")
+    assert err.value.sqlstate == errors.ServerUnavailableError.sqlstate
+    assert "does not run as the database's OS user" in str(err.value)
+    assert wait_received(d, before + 1)[before:] == [0]

@@ -8,10 +8,11 @@ from pathlib import Path
 from learnedidx import errors
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-#: Kinds raised in the client process (store, workloads, an unreachable server), never replies.
+#: Kinds raised in the client process (store, workloads, an unreachable server) or by
+#: ``learnedidx server start|stop``, never replies.
 CLIENT_SIDE = {"argument-type", "argument", "key-type", "key-length", "record-too-large", "store-closed",
                "store-forked", "store-locked", "corrupt-log", "store-io", "log-failed", "workload", "trace-format",
-               "unavailable"}
+               "unavailable", "unsafe-path", "server-running", "no-pidfile"}
 
 
 def _section(text: str, heading: str) -> str:
