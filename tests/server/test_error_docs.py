@@ -33,7 +33,7 @@ def test_accelerator_md_error_table_matches_the_error_table():
             assert issubclass(errors.error_class(kind), getattr(errors, cls)), (kind, cls)
             documented.add(kind)
     assert documented == set(errors.SQLSTATES) - CLIENT_SIDE
-    rest = re.search(r"never come from the server: (.*?)\.\n", section, re.S).group(1)
+    rest = re.search(r"never come from the\s+server: (.*?)\.\n", section, re.S).group(1)
     assert set(re.findall(r"`([a-z-]+)`", rest)) | {"unavailable"} == CLIENT_SIDE
     assert "`ServerUnavailableError` (kind `unavailable`)" in section
     assert errors.ServerUnavailableError.kind == "unavailable"
