@@ -8,13 +8,13 @@
 --   pinned implementation, which uses it only for the caller's own names and expressions
 --   (the source, dep/indep, the output table's schema, an algorithm's name);
 -- * nothing executable by PUBLIC takes a login, a role, a database or a socket: the data are
---   read in the caller's backend, as the caller, and streamed to the server (learnedidx.c).
+--   read in the caller's backend, as the caller, and streamed to the server (offload.c).
 \echo Use "CREATE EXTENSION learnedidx CASCADE" to load this file. \quit
 
 GRANT USAGE ON SCHEMA learnedidx TO PUBLIC;
 
 -- ------------------------------------------------------------------------ native code
--- Streams the caller's data to the server and returns its reply (see learnedidx.c).
+-- Streams the caller's data to the server and returns its reply (see offload.c).
 CREATE FUNCTION learnedidx._offload(op text, args jsonb, source regclass DEFAULT NULL, columns text[] DEFAULT NULL,
                                     query text DEFAULT NULL, search_path text DEFAULT NULL) RETURNS text
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'learnedidx_offload';
@@ -36,7 +36,7 @@ CREATE FUNCTION learnedidx.predict_proba(model regclass, features float8[], VARI
 LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'learnedidx_predict_proba';
 
 -- Refuses (0A000) a grouping column of model `model` whose type predict would not read with the
--- system's code only (see learnedidx.c, group_type_safe): the training functions call it.
+-- system's code only (see predict.c, group_type_safe): the training functions call it.
 CREATE FUNCTION learnedidx._check_group_type(model text, "column" text, type regtype) RETURNS void
 LANGUAGE c STABLE STRICT SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'learnedidx_check_group_type';
 

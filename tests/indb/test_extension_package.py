@@ -1,10 +1,12 @@
 """The extension ships as package data: a built wheel holds it (and every package of the
 source tree), ``learnedidx pg install`` from an installed wheel installs it into a
-PostgreSQL installation where ``CREATE EXTENSION`` works, and it installs exactly what PGXS's
-``make install`` installs from a copy of the package data."""
+PostgreSQL installation where ``CREATE EXTENSION`` works, it installs exactly what PGXS's
+``make install`` installs from a copy of the package data, and ``learnedidx pg installcheck``
+from an installed wheel runs the regression suite (``make installcheck``) the package holds."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -18,9 +20,12 @@ import pytest
 
 from learnedidx.indb import install
 from learnedidx.indb.cluster import TempCluster
-from tests.indb.test_sql_regression import PG_CONFIG, REPO, pgxs_or_skip
+from tests.indb.test_sql_regression import CASES, PG_CONFIG, REPO, pgxs_or_skip
 
-EXTENSION_FILES = ("learnedidx.control", "learnedidx--0.1.sql", "learnedidx.c", "Makefile")
+#: The extension's files, as the package ships them: control file, script, C sources and
+#: header, Makefile, the regression suite.
+EXTENSION_FILES = sorted(p.relative_to(REPO / "extension").as_posix() for pattern in install.SOURCES
+                         for p in (REPO / "extension").glob(pattern))
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +59,13 @@ def test_the_wheel_holds_the_extension_and_every_module(wheel):
 
 def test_package_data_is_what_the_extension_directory_holds():
     assert install.data_files() == ["learnedidx.control", "learnedidx--0.1.sql"]
+    assert {"learnedidx.h", "learnedidx.c", "offload.c", "sql/predict.sql", "expected/predict.out"} <= \
+        set(EXTENSION_FILES)
+    # every file of the directory but the Python package marker is the extension's
+    assert {p.relative_to(REPO / "extension").as_posix() for p in (REPO / "extension").rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts} - set(EXTENSION_FILES) == {"__init__.py"}
     with install.source_tree() as src:
-        assert sorted(p.name for p in src.iterdir()) == sorted(EXTENSION_FILES)
+        assert sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file()) == EXTENSION_FILES
         for f in EXTENSION_FILES:
             assert (src / f).read_bytes() == (REPO / "extension" / f).read_bytes()
 
@@ -77,12 +87,11 @@ def _copy_postgres(dst: Path) -> Path:
     return dst / _pg_config("--bindir").relative_to(root) / "pg_config"
 
 
-def test_pg_install_from_an_installed_wheel(wheel, tmp_path):
-    """pip install of the wheel into a fresh venv, then that venv's ``learnedidx pg install``
-    into a copy of the PostgreSQL installation: CREATE EXTENSION learnedidx CASCADE works."""
-    if os.geteuid() == 0:
-        pytest.skip("PostgreSQL cannot run as root")
-    venv = tmp_path / "venv"
+@pytest.fixture(scope="module")
+def wheel_venv(wheel, tmp_path_factory) -> Path:
+    """A fresh venv with the wheel pip-installed (its dependencies from this environment);
+    returns the venv."""
+    venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
                     "--no-index", "--no-cache-dir", "--disable-pip-version-check", "-q", str(wheel)],
@@ -94,8 +103,17 @@ def test_pg_install_from_an_installed_wheel(wheel, tmp_path):
     (site / "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     where = subprocess.run([python, "-c", "import learnedidx.indb.install as i; "
                             "print(i.__file__); print(i.package_files())"],
-                           check=True, capture_output=True, text=True, cwd=tmp_path).stdout.split()
+                           check=True, capture_output=True, text=True, cwd=venv).stdout.split()
     assert all(Path(w).is_relative_to(site) for w in where), where  # the wheel's copy, not the checkout
+    return venv
+
+
+def test_pg_install_from_an_installed_wheel(wheel_venv, tmp_path):
+    """pip install of the wheel into a fresh venv, then that venv's ``learnedidx pg install``
+    into a copy of the PostgreSQL installation: CREATE EXTENSION learnedidx CASCADE works."""
+    if os.geteuid() == 0:
+        pytest.skip("PostgreSQL cannot run as root")
+    venv = wheel_venv
 
     pg_config = _copy_postgres(tmp_path / "pg")
     sharedir = Path(install.pg_config(str(pg_config), "--sharedir")) / "extension"
@@ -116,6 +134,34 @@ def test_pg_install_from_an_installed_wheel(wheel, tmp_path):
             # the C module loads: its GUC exists once a function of it has run
             conn.execute("SELECT learnedidx.predict(NULL, NULL)")
             assert conn.execute("SELECT current_setting('learnedidx.socket', true) IS NOT NULL").fetchone() == (True,)
+
+
+@pytest.mark.postgres
+def test_installcheck_runs_from_an_installed_wheel(wheel_venv, postgresql_proc, accel_server, tmp_path):
+    """``learnedidx pg installcheck`` of the wheel's venv runs PGXS's ``make installcheck``
+    (pg_regress) on the package's own copy of the suite: every script of extension/sql passes
+    against the session's cluster (its installation has the extension)."""
+    pgxs_or_skip()
+    env = {**os.environ, "PGHOST": postgresql_proc.host, "PGPORT": str(postgresql_proc.port),
+           "PGUSER": postgresql_proc.user, "LEARNEDIDX_SOCKET": accel_server.socket_path}
+    res = subprocess.run([str(wheel_venv / "bin" / "learnedidx"), "pg", "installcheck", "--pgconfig", str(PG_CONFIG)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp_path,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout
+    for case in CASES:
+        assert re.search(rf"\b{case.stem}\s+\.\.\. ok\b", res.stdout), res.stdout
+    assert len(re.findall(r"\.\.\. ok\b", res.stdout)) == len(CASES) > 0
+    assert list(tmp_path.iterdir()) == []  # pg_regress wrote its results into the copy, not here
+
+
+def test_installcheck_reports_a_failing_script(tmp_path):
+    """A suite that fails exits non-zero with pg_regress's diffs: here no server answers."""
+    pgxs_or_skip()
+    env = {**os.environ, "PGHOST": str(tmp_path), "PGPORT": "1"}
+    res = subprocess.run([sys.executable, "-m", "learnedidx.cli", "pg", "installcheck", "--pgconfig", str(PG_CONFIG)],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert re.search(r"connection to server on socket .* failed", res.stdout), res.stdout
 
 
 def test_pg_install_installs_what_make_install_installs(tmp_path):

@@ -1,6 +1,6 @@
 """Striders: decode heap pages, as the caller's backend streamed them, in Numba.
 
-The backend (``extension/learnedidx.c``) scans the relation with PostgreSQL's own heap scan in
+The backend (``extension/pages.c``) scans the relation with PostgreSQL's own heap scan in
 the caller's snapshot: PostgreSQL decides which tuples the snapshot sees, and the backend
 marks the line pointers of the others unused in its copy of each page.  So every ``LP_NORMAL``
 tuple of a page that arrives here is a row the caller's ``SELECT`` returns, and nothing here

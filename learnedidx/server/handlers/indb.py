@@ -1,6 +1,6 @@
 """Accelerator-server handlers for in-database training: ``indb.train``, ``indb.register``.
 
-The caller's backend (``extension/learnedidx.c``) sends the request and then streams its data
+The caller's backend (``extension/offload.c``) sends the request and then streams its data
 as the handler asks for passes (:class:`learnedidx.server.stream.CallStream`); the handler
 decodes them (:mod:`learnedidx.indb.read`) and trains (:mod:`learnedidx.indb.runtime`).  The
 server never connects to PostgreSQL: it knows no database identity, so nothing in a request
