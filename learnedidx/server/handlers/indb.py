@@ -16,6 +16,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from learnedidx import checks
 from learnedidx.errors import (BadRequestError, CancelledError, NotSupportedError, ParameterError, TooLargeError,
                                TrainingDataError)
 from learnedidx.indb import runtime
@@ -51,10 +52,7 @@ def _dsl(name: str, source: str) -> Algorithm:
 def _threads(params: dict, limit: int) -> int:
     """The engine threads a call gets: what it asks for (default: the limit), at most the limit."""
     asked = params.pop("threads", None)
-    n = limit if asked is None else _integer(asked, "threads")
-    if n < 1:
-        raise ParameterError(f"threads must be a positive integer, not {asked!r}")
-    return min(n, limit)
+    return limit if asked is None else min(_integer(asked, "threads", 1), limit)
 
 
 def _factor_data(X: np.ndarray, y: np.ndarray, rank: int, threads: int, max_bytes: int) -> tuple[dict, dict]:
@@ -122,13 +120,9 @@ def indb_train(args, arrays, ctx):
     }, {}
 
 
-def _integer(value, name: str) -> int:
-    try:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ParameterError(f"{name} must be an integer, not {value!r}") from None
+def _integer(value, name: str, lo: int | None = None) -> int:
+    """A training parameter that is an integer (JSON may write it 2.0, or as text)."""
+    return checks.integer(name, value, lo, error=ParameterError, whole_floats=True, parse=True)
 
 
 @handler("indb.register")
