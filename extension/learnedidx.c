@@ -3,11 +3,14 @@
  *
  * _PG_init defines learnedidx.socket (PGC_SUSET: only superusers say where the server is);
  * unset, the server's default path rule applies, evaluated in the backend's environment.
+ * _python_path tells the PL/Python functions where their modules are installed.
  */
 #include "postgres.h"
 
 #include <unistd.h>
 
+#include "miscadmin.h"
+#include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -56,4 +59,21 @@ const char *
 lx_socket_path(void)
 {
 	return (socket_path && *socket_path) ? socket_path : default_socket_path();
+}
+
+PG_FUNCTION_INFO_V1(learnedidx_python_path);
+
+/*
+ * learnedidx._python_path() RETURNS text: the directory `make install` puts the PL/Python
+ * functions' modules in (PYTHON_DIR of the Makefile: $(datadir)/learnedidx/python), found as
+ * PostgreSQL finds its share directory, relative to the server's executable, so a relocated
+ * installation finds its own.
+ */
+Datum
+learnedidx_python_path(PG_FUNCTION_ARGS)
+{
+	char		share[MAXPGPATH];
+
+	get_share_path(my_exec_path, share);
+	PG_RETURN_TEXT_P(cstring_to_text(psprintf("%s/learnedidx/python", share)));
 }

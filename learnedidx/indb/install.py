@@ -8,6 +8,11 @@ extension's C module and installs it with the control file and scripts by runnin
 needs ``make``, a C compiler and the server's headers (Debian: ``postgresql-server-dev-15``).
 :func:`installcheck` runs the extension's regression suite (``sql/``, ``expected/``) the same
 way, with PGXS's ``make installcheck``.
+
+The copy also holds, in ``python/``, the modules the extension's PL/Python functions import
+(:data:`PYTHON_MODULES`, the standard library's only): ``make install`` installs them as a
+package of their own under ``SHAREDIR/learnedidx/python``, where the database server's Python
+finds them whatever environment this package lives in (docs/indb.md).
 """
 from __future__ import annotations
 
@@ -28,6 +33,14 @@ EXTENSION = "learnedidx"
 #: The extension's source files and its regression suite, relative to its directory
 #: (pyproject.toml ships the same patterns as package data).
 SOURCES = ("*.control", "*.sql", "*.c", "*.h", "Makefile", "sql/*.sql", "expected/*.out")
+
+
+#: The modules of this package the PL/Python functions import (packages: every module of it).
+PYTHON_MODULES = ("learnedidx.errors", "learnedidx.checks", "learnedidx.indb.udf")
+#: The ``__init__`` of the packages above them in the installed copy (not this package's own,
+#: which imports what the database server's Python need not have).
+PYTHON_STUB = ('"""The modules of learnedidx that the PostgreSQL extension\'s PL/Python functions import, '
+               'installed with it by learnedidx pg install."""\n')
 
 
 def package_files() -> Traversable:
@@ -61,7 +74,29 @@ def source_tree() -> Iterator[Path]:
             for entry in source.iterdir():
                 if entry.is_file() and fnmatch.fnmatch(entry.name, name):
                     (Path(tmp) / folder / entry.name).write_bytes(entry.read_bytes())
+        _copy_python(Path(tmp) / "python")
         yield Path(tmp)
+
+
+def _copy_python(dst: Path) -> None:
+    """:data:`PYTHON_MODULES` into ``dst`` as the package tree they are in, each package above
+    them with :data:`PYTHON_STUB` for its ``__init__``."""
+    for module in PYTHON_MODULES:
+        parent, _, name = module.rpartition(".")
+        here = resources.files(parent)
+        if here.joinpath(name).is_dir():
+            parent, here = module, here.joinpath(name)
+            files = [e for e in here.iterdir() if e.is_file() and e.name.endswith(".py")]
+        else:
+            files = [here.joinpath(name + ".py")]
+        folder = dst.joinpath(*parent.split("."))
+        folder.mkdir(parents=True, exist_ok=True)
+        for entry in files:
+            (folder / entry.name).write_bytes(entry.read_bytes())
+        for depth in range(1, len(parent.split(".")) + 1):
+            init = dst.joinpath(*parent.split(".")[:depth], "__init__.py")
+            if not init.exists():
+                init.write_text(PYTHON_STUB)
 
 
 def pg_config(path: str, flag: str) -> str:
@@ -91,17 +126,26 @@ def make_install(pg_config_path: str, src: Path, *extra: str) -> None:
         raise ConfigError(f"building the extension failed:\n{res.stdout[-3000:]}")
 
 
+def python_dir(pg_config_path: str = "pg_config") -> Path:
+    """Where ``make install`` puts the PL/Python functions' modules (the Makefile's
+    PYTHON_DIR; ``learnedidx._python_path()`` in the server)."""
+    return Path(pg_config(pg_config_path, "--sharedir")) / EXTENSION / "python"
+
+
 def install(pg_config_path: str = "pg_config") -> list[Path]:
     """Build and install the extension into the server ``pg_config_path`` describes (its C
-    module into ``--pkglibdir``, control file and scripts into ``--sharedir``/extension, as
-    PGXS's ``make install`` does); returns the installed paths."""
+    module into ``--pkglibdir``, control file and scripts into ``--sharedir``/extension, the
+    PL/Python functions' modules into :func:`python_dir`, as PGXS's ``make install`` does);
+    returns the installed paths."""
     target = Path(pg_config(pg_config_path, "--sharedir")) / "extension"
     if not target.is_dir():
         raise ConfigError(f"{target} is not a directory: is {pg_config_path} the pg_config of a PostgreSQL server?")
     with source_tree() as src:
         make_install(pg_config_path, src)
         names = data_files(src)
-    return [Path(pg_config(pg_config_path, "--pkglibdir")) / f"{EXTENSION}.so"] + [target / n for n in names]
+        modules = sorted(p.relative_to(src / "python") for p in (src / "python").rglob("*.py"))
+    return [Path(pg_config(pg_config_path, "--pkglibdir")) / f"{EXTENSION}.so"] + [target / n for n in names] + \
+        [python_dir(pg_config_path) / m for m in modules]
 
 
 def installcheck(pg_config_path: str = "pg_config") -> tuple[bool, str]:

@@ -65,13 +65,31 @@ def test_package_data_is_what_the_extension_directory_holds():
     assert {p.relative_to(REPO / "extension").as_posix() for p in (REPO / "extension").rglob("*")
             if p.is_file() and "__pycache__" not in p.parts} - set(EXTENSION_FILES) == {"__init__.py"}
     with install.source_tree() as src:
-        assert sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file()) == EXTENSION_FILES
+        files = sorted(p.relative_to(src).as_posix() for p in src.rglob("*") if p.is_file())
+        assert [f for f in files if not f.startswith("python/")] == EXTENSION_FILES
         for f in EXTENSION_FILES:
             assert (src / f).read_bytes() == (REPO / "extension" / f).read_bytes()
+        # the PL/Python functions' modules, copies of the package's, under stubs of its packages
+        stubs = {"python/learnedidx/__init__.py", "python/learnedidx/indb/__init__.py"}
+        modules = {p.relative_to(REPO).as_posix() for p in [REPO / "learnedidx" / "errors.py",
+                                                           REPO / "learnedidx" / "checks.py",
+                                                           *(REPO / "learnedidx" / "indb" / "udf").glob("*.py")]}
+        assert {f for f in files if f.startswith("python/")} == stubs | {f"python/{m}" for m in modules}
+        for m in modules:
+            assert (src / "python" / m).read_bytes() == (REPO / m).read_bytes()
+        for stub in stubs:
+            assert (src / stub).read_text() == install.PYTHON_STUB
 
 
 def _pg_config(flag: str) -> Path:
     return Path(install.pg_config(str(PG_CONFIG), flag))
+
+
+def _pg_root() -> Path:
+    """The directory PostgreSQL's installation lives under (its binaries, modules, share
+    directory and headers)."""
+    dirs = [_pg_config(f) for f in ("--bindir", "--pkglibdir", "--sharedir", "--includedir-server")]
+    return Path(os.path.commonpath(dirs + [_pg_config("--pkgincludedir") / "internal"]))
 
 
 def _copy_postgres(dst: Path) -> Path:
@@ -80,7 +98,7 @@ def _copy_postgres(dst: Path) -> Path:
     learnedidx's files.  Returns the copy's pg_config."""
     dirs = [_pg_config(f) for f in ("--bindir", "--pkglibdir", "--sharedir", "--includedir-server")]
     dirs.append(_pg_config("--pkgincludedir") / "internal")  # PGXS adds it to the include path
-    root = Path(os.path.commonpath(dirs))
+    root = _pg_root()
     for d in dirs:
         shutil.copytree(d, dst / d.relative_to(root), symlinks=True,
                         ignore=shutil.ignore_patterns("bitcode", "learnedidx*"))
@@ -134,6 +152,20 @@ def test_pg_install_from_an_installed_wheel(wheel_venv, tmp_path):
             # the C module loads: its GUC exists once a function of it has run
             conn.execute("SELECT learnedidx.predict(NULL, NULL)")
             assert conn.execute("SELECT current_setting('learnedidx.socket', true) IS NOT NULL").fetchone() == (True,)
+            # The training functions' Python runs in the server's own interpreter, which has no
+            # path to the venv: it imports the modules installed beside the extension.
+            python = install.python_dir(str(pg_config))
+            assert conn.execute("SELECT learnedidx._python_path()").fetchone() == (str(python),)
+            with pytest.raises(psycopg.errors.InvalidParameterValue) as e:
+                conn.execute("SELECT * FROM learnedidx.linregr_train('t', 'm', ' ', 'x')")
+            assert e.value.diag.message_primary == "dep must not be empty"
+            conn.execute("CREATE FUNCTION pg_temp.module_file(name text) RETURNS text LANGUAGE plpython3u "
+                         "AS $$import sys; return sys.modules[name].__file__$$")
+            for module in ("learnedidx.indb.udf.train", "learnedidx.errors", "learnedidx.checks"):
+                where = conn.execute("SELECT pg_temp.module_file(%s)", (module,)).fetchone()[0]
+                assert Path(where).is_relative_to(python), where
+            assert conn.execute("SELECT pg_temp.module_file('learnedidx')").fetchone()[0] == \
+                str(python / "learnedidx" / "__init__.py")  # the stub, not the package's own
 
 
 @pytest.mark.postgres
@@ -173,14 +205,30 @@ def test_pg_install_installs_what_make_install_installs(tmp_path):
                         f"DESTDIR={tmp_path / 'pgxs'}"], check=True, capture_output=True, text=True, timeout=300)
     pg_config = _copy_postgres(tmp_path / "pg")
     installed = install.install(str(pg_config))
-    theirs = {p.name: p for p in (tmp_path / "pgxs").rglob("*") if p.is_file()}
-    assert sorted(p.name for p in installed) == sorted(theirs) == \
-        ["learnedidx--0.1.sql", "learnedidx.control", "learnedidx.so"]
-    for p in installed:
-        assert p.is_relative_to(tmp_path / "pg")
-        assert stat.S_IMODE(p.stat().st_mode) == stat.S_IMODE(theirs[p.name].stat().st_mode)
+    pgxs = tmp_path / "pgxs" / _pg_root().relative_to("/")  # DESTDIR + the installation's own place
+    theirs = {p.relative_to(pgxs): p for p in pgxs.rglob("*") if p.is_file()}
+    ours = {p.relative_to(tmp_path / "pg"): p for p in installed}
+    assert sorted(ours) == sorted(theirs)
+    assert {p.name for p in ours} >= {"learnedidx--0.1.sql", "learnedidx.control", "learnedidx.so", "train.py"}
+    assert all(p.is_file() for p in installed)
+    for rel, p in ours.items():
+        assert stat.S_IMODE(p.stat().st_mode) == stat.S_IMODE(theirs[rel].stat().st_mode)
         if p.suffix != ".so":  # the module's debug info names the directory it was built in
-            assert p.read_bytes() == theirs[p.name].read_bytes()
+            assert p.read_bytes() == theirs[rel].read_bytes()
+    assert {p.parent for p in installed if p.name == "train.py"} == {install.python_dir(str(pg_config)) / "learnedidx"
+                                                                     / "indb" / "udf"}
+    # readable by the database's OS user, whoever installed them
+    assert {stat.S_IMODE(p.stat().st_mode) for p in installed if p.suffix == ".py"} == {0o644}
+
+
+def test_make_install_in_a_checkout_stops_for_want_of_the_python_modules(tmp_path):
+    """extension/ of a checkout has no python/: make install says how to install instead."""
+    pgxs_or_skip()
+    shutil.copytree(REPO / "extension", tmp_path / "extension", ignore=shutil.ignore_patterns("__pycache__"))
+    res = subprocess.run(["make", "-C", str(tmp_path / "extension"), "install-python", f"PG_CONFIG={PG_CONFIG}",
+                          f"DESTDIR={tmp_path / 'dest'}"], capture_output=True, text=True, timeout=60)
+    assert res.returncode != 0 and "install with learnedidx pg install" in res.stderr, res.stderr
+    assert not (tmp_path / "dest").exists()
 
 
 def test_pg_install_refuses_a_pg_config_that_does_not_run(tmp_path):

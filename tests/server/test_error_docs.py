@@ -11,7 +11,9 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: Kinds raised in the client process (store, workloads, an unreachable server), never replies.
 CLIENT_SIDE = {"argument-type", "argument", "key-type", "key-length", "record-too-large", "store-closed",
                "store-forked", "store-locked", "corrupt-log", "store-io", "log-failed", "workload", "trace-format",
-               "unavailable"}
+               "unavailable",
+               # raised by the extension's training functions in the database (learnedidx/indb/udf)
+               "sql-syntax", "undefined-column", "duplicate-column", "duplicate-table", "name-too-long"}
 
 
 def _section(text: str, heading: str) -> str:

@@ -17,11 +17,12 @@ from collections import OrderedDict
 import numpy as np
 
 from learnedidx import checks
-from learnedidx.errors import (BadRequestError, CancelledError, NotSupportedError, ParameterError, TooLargeError,
+from learnedidx.errors import (BadRequestError, BuiltinNameError, CancelledError, NotSupportedError, ParameterError, TooLargeError,
                                TrainingDataError)
 from learnedidx.indb import runtime
 from learnedidx.indb.runtime import models, stats
 from learnedidx.indb.dsl import Algorithm, compile_algorithm
+from learnedidx.indb.udf import catalog
 from learnedidx.indb.read import memory, strider
 from learnedidx.indb.read.passes import StreamSource
 from learnedidx.server.registry import handler, on_start
@@ -83,8 +84,8 @@ def indb_train(args, arrays, ctx):
     params = dict(args.get("params") or {})
     grouped = params.pop("grouped", False) is True
     if algorithm in runtime.ALGORITHMS:
-        if grouped and algorithm == "lmf":
-            raise NotSupportedError("lmf trains one model: grouping is not supported")
+        if grouped and algorithm not in catalog.GROUPABLE:
+            raise NotSupportedError(f"{algorithm} trains one model: grouping is not supported")
         runtime.check_params(algorithm, params)  # before reading any data
         trainee: str | Algorithm = algorithm
     else:
@@ -129,7 +130,10 @@ def _integer(value, name: str, lo: int | None = None) -> int:
 def indb_register(args, arrays, ctx):
     """Compile and validate a DSL algorithm (training compiles it again from the source the
     caller's database holds, cached by the source's hash)."""
-    alg = _dsl(str(args["name"]), args["source"])
+    name = str(args["name"])
+    if name in runtime.ALGORITHMS:
+        raise BuiltinNameError(f"{name} is a built-in algorithm")
+    alg = _dsl(name, args["source"])
     return {"name": alg.name, "ops_per_tuple": alg.ops_per_tuple}, {}
 
 
