@@ -329,9 +329,11 @@ def _plan(stream: OpStream) -> list[tuple]:
             bk, bv = [], []
             for x in range(i, j):
                 if ops[x] in (READ, RMW):
-                    bk.append(keys[x]); bv.append(None)
+                    bk.append(keys[x])
+                    bv.append(None)
                 if ops[x] != READ:
-                    bk.append(keys[x]); bv.append(vals[x])
+                    bk.append(keys[x])
+                    bv.append(vals[x])
             args: tuple = (bk, bv)
         elif o == SCAN:  # one count for all when they agree (E' has fixed-length scans)
             lens = sls[i:j]

@@ -9,7 +9,6 @@ database settings, input on stdin), so one set of expected files serves both thi
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path

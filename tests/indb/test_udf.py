@@ -5,7 +5,6 @@ server's reply has no value for is an error, not a silent NULL."""
 from __future__ import annotations
 
 import ast
-import re
 import subprocess
 import sys
 import threading

@@ -168,6 +168,8 @@ def test_the_slot_fits_the_longest_key_and_the_load_is_one_bulk_build(tmp_path):
         run = OpStream(np.array([READ, SCAN], np.int8), [b"z" * longest, b"k1"], np.array([0, 3], np.int32), [None, None])
         f = tmp_path / "s.ops"
         write_stream_file(str(f), load, run)
+        printed = subprocess.run([DRIVER, "--mode", "per-op", str(f)], capture_output=True, text=True, check=True)
+        assert {json.loads(line)["slot"] for line in printed.stdout.splitlines()} == {slot}, longest
         rep_load, rep_run = run_driver(get_adapter("sindex"), str(f), "per-op")
         assert rep_load.operations == len(keys) and rep_load.hist["INSERT"].get_total_count() == len(keys)
         assert {n: h.get_total_count() for n, h in rep_run.hist.items()} == {"READ": 1, "SCAN": 1}

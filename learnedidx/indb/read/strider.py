@@ -33,7 +33,7 @@ ITEM_ID_SIZE = 4
 LP_NORMAL = 1
 # Heap tuple header fields (src/include/access/htup_details.h): byte offsets; the null
 # bitmap t_bits starts at SIZE_OF_HEAP_TUPLE_HEADER.
-T_XMAX, T_INFOMASK2, T_INFOMASK, T_HOFF = 4, 18, 20, 22
+T_INFOMASK2, T_INFOMASK, T_HOFF = 18, 20, 22
 SIZE_OF_HEAP_TUPLE_HEADER = 23
 HEAP_NATTS_MASK = 0x07FF
 HEAP_HASNULL = 0x0001
