@@ -5,6 +5,7 @@ PostgreSQL installation where ``CREATE EXTENSION`` works, it installs exactly wh
 from an installed wheel runs the regression suite (``make installcheck``) the package holds."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -28,33 +29,52 @@ EXTENSION_FILES = sorted(p.relative_to(REPO / "extension").as_posix() for patter
                          for p in (REPO / "extension").glob(pattern))
 
 
+_BUILD_LOG: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """A wheel built from a copy of the source tree (the suite may run from a read-only
-    checkout), offline: with this environment's setuptools, no build isolation."""
+    checkout), offline: with this environment's setuptools, no build isolation; the build's
+    output is kept (``_BUILD_LOG``)."""
     src = tmp_path_factory.mktemp("src")
     for name in ("pyproject.toml", "setup.py", "README.md"):
         shutil.copy(REPO / name, src / name)
     for d in ("learnedidx", "extension"):
         shutil.copytree(REPO / d, src / d, ignore=shutil.ignore_patterns("__pycache__", "results", "regression.*", "*.so"))
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir",
-                    "--disable-pip-version-check", "-q", "-w", str(out), str(src)],
-                   check=True, capture_output=True, text=True, timeout=300)
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-cache-dir",
+                          "--disable-pip-version-check", "-v", "-w", str(out), str(src)],
+                         check=True, capture_output=True, text=True, timeout=300)
+    _BUILD_LOG.append(res.stdout + res.stderr)
     (whl,) = out.glob("learnedidx-*.whl")
     return whl
 
 
-def test_the_wheel_holds_the_extension_and_every_module(wheel):
+def _data_files() -> set[str]:
+    """Every file of the source tree the package ships that is not Python (as the wheel
+    names them): workload files, the SIndex driver's source, the extension's files."""
+    package = {p.relative_to(REPO).as_posix() for p in (REPO / "learnedidx").rglob("*") if p.is_file()
+               and "__pycache__" not in p.parts and p.suffix not in (".py", ".so", ".c")}
+    return package | {f"learnedidx/_extension/{f}" for f in EXTENSION_FILES}
+
+
+def test_the_wheel_holds_the_extension_every_module_and_every_data_file(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         for f in EXTENSION_FILES:
             assert z.read(f"learnedidx/_extension/{f}") == (REPO / "extension" / f).read_bytes()
     modules = {p.relative_to(REPO).as_posix() for p in (REPO / "learnedidx").rglob("*.py")}
-    assert modules - names == set()  # a package missing from pyproject's list would be missing here
-    assert "learnedidx/workloads/ycsb_workloads/workloada" in names and "learnedidx/py.typed" in names
+    assert modules - names == set()  # a package setup.py did not find would be missing here
+    data = _data_files()
+    assert {"learnedidx/workloads/ycsb_workloads/workloada", "learnedidx/workloads/sindex_driver.cc",
+            "learnedidx/py.typed", "learnedidx/_extension/sql/predict.sql"} <= data
+    assert data - names == set()
     # the store's compiled methods, built from their C source (the build has a compiler)
     assert any(n.startswith("learnedidx/index/_methods.") and n.endswith(".so") for n in names)
+    # data reach the wheel as their packages' declared data, not by a behaviour setuptools
+    # has announced it will drop ("Package ... is absent from the `packages` configuration")
+    assert "would be ignored" not in _BUILD_LOG[0] and "absent from the `packages`" not in _BUILD_LOG[0]
 
 
 def test_package_data_is_what_the_extension_directory_holds():
@@ -124,6 +144,30 @@ def wheel_venv(wheel, tmp_path_factory) -> Path:
                            check=True, capture_output=True, text=True, cwd=venv).stdout.split()
     assert all(Path(w).is_relative_to(site) for w in where), where  # the wheel's copy, not the checkout
     return venv
+
+
+def test_the_installed_wheel_opens_every_data_file_the_code_opens(wheel_venv, tmp_path):
+    """From a fresh venv holding the wheel only: every built-in YCSB workload loads, ``ycsb run
+    -w A`` runs, the SIndex driver's source is there to build, and the extension's package
+    data makes a source tree (what pg install and installcheck run in)."""
+    code = ("import json; from learnedidx.workloads.spec import BUILTIN, load_properties; "
+            "from importlib import resources; from learnedidx.indb import install; "
+            "assert (resources.files('learnedidx.workloads') / 'sindex_driver.cc').is_file(); "
+            "ctx = install.source_tree(); src = ctx.__enter__(); "
+            "print(json.dumps({'workloads': {k: load_properties(k) for k in BUILTIN}, "
+            "'scripts': sorted(p.name for p in src.rglob('*.sql')), 'make': src.joinpath('Makefile').is_file()}))")
+    out = subprocess.run([str(wheel_venv / "bin" / "python"), "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    from learnedidx.workloads.spec import BUILTIN, load_properties
+
+    got = json.loads(out.stdout)
+    assert got["workloads"] == {k: load_properties(k) for k in BUILTIN}  # the checkout's files, read here
+    assert got["scripts"] == sorted(["learnedidx--0.1.sql"] + [c.name for c in CASES]) and got["make"]
+    res = subprocess.run([str(wheel_venv / "bin" / "learnedidx"), "ycsb", "run", "-w", "A", "--records", "50",
+                          "--operations", "50", "--peer", "sorteddict", "--mode", "per-op"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert res.returncode == 0 and "[OVERALL], RunTime(ms)" in res.stdout, res.stderr
 
 
 def test_pg_install_from_an_installed_wheel(wheel_venv, tmp_path):
