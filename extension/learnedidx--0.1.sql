@@ -8,13 +8,13 @@
 --   pinned implementation, which uses it only for the caller's own names and expressions
 --   (the source, dep/indep, the output table's schema, an algorithm's name);
 -- * nothing executable by PUBLIC takes a login, a role, a database or a socket: the data are
---   read in the caller's backend, as the caller, and streamed to the server (learnedidx.c).
+--   read in the caller's backend, as the caller, and streamed to the server (offload.c).
 \echo Use "CREATE EXTENSION learnedidx CASCADE" to load this file. \quit
 
 GRANT USAGE ON SCHEMA learnedidx TO PUBLIC;
 
 -- ------------------------------------------------------------------------ native code
--- Streams the caller's data to the server and returns its reply (see learnedidx.c).
+-- Streams the caller's data to the server and returns its reply (see offload.c).
 CREATE FUNCTION learnedidx._offload(op text, args jsonb, source regclass DEFAULT NULL, columns text[] DEFAULT NULL,
                                     query text DEFAULT NULL, search_path text DEFAULT NULL) RETURNS text
 LANGUAGE c VOLATILE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'learnedidx_offload';
@@ -36,9 +36,14 @@ CREATE FUNCTION learnedidx.predict_proba(model regclass, features float8[], VARI
 LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'learnedidx_predict_proba';
 
 -- Refuses (0A000) a grouping column of model `model` whose type predict would not read with the
--- system's code only (see learnedidx.c, group_type_safe): the training functions call it.
+-- system's code only (see predict.c, group_type_safe): the training functions call it.
 CREATE FUNCTION learnedidx._check_group_type(model text, "column" text, type regtype) RETURNS void
 LANGUAGE c STABLE STRICT SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'learnedidx_check_group_type';
+
+-- The directory the PL/Python functions import their modules from (SHAREDIR/learnedidx/python,
+-- where learnedidx pg install puts them; see learnedidx.c).
+CREATE FUNCTION learnedidx._python_path() RETURNS text
+LANGUAGE c STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'learnedidx_python_path';
 
 -- MADlib's prediction functions over coefficients (an output table's coef column):
 -- coef . features, the class (coef . features > 0) and P(y = 1), computed without overflow.
@@ -176,10 +181,7 @@ DECLARE
     reply jsonb;
 BEGIN
     SELECT * INTO t FROM learnedidx._target(name, caller_path);
-    IF t.relname IN ('linregr', 'logregr', 'svm', 'lmf') THEN
-        RAISE EXCEPTION '% is a built-in algorithm', t.relname USING ERRCODE = '42710';
-    END IF;
-    -- The server compiles it: bad source fails here, with the DSL's message.
+    -- The server compiles it: bad source (or a built-in algorithm's name) fails here, with its message.
     reply := learnedidx._offload('indb.register', jsonb_build_object('name', t.relname, 'source', source))::jsonb;
     IF NOT (reply->>'ok')::boolean THEN
         RAISE EXCEPTION 'learnedidx: %', reply->'error'->>'message'
@@ -247,355 +249,15 @@ CREATE TYPE learnedidx.train_result AS (
 -- as MADlib writes them (one row per group with params->'grouping_cols'), created in the
 -- caller's transaction in the schema `out_table` resolves to (CREATE on it is PostgreSQL's
 -- check), so a failed or cancelled training leaves neither.  One row per model is returned.
+-- The body is learnedidx.indb.udf.train (learnedidx/indb/udf/).
 CREATE FUNCTION learnedidx._train_impl(algorithm text, source text, out_table text, dep text, indep text,
                                        params jsonb, caller_path text)
 RETURNS SETOF learnedidx.train_result LANGUAGE plpython3u VOLATILE SET search_path = pg_catalog, pg_temp AS $py$
-import json, re
-P = SD.get("plans")
-if P is None:
-    P = SD["plans"] = {k: plpy.prepare(q, t) for k, (q, t) in {
-        "setting": ("SELECT pg_catalog.current_setting($1, true) AS v", ["text"]),
-        "source": ("SELECT rel::pg_catalog.oid AS oid, from_sql FROM learnedidx._source($1, $2)", ["text", "text"]),
-        "target": ("SELECT schema, relname FROM learnedidx._target($1, $2)", ["text", "text"]),
-        "exists": ("SELECT pg_catalog.to_regclass($1) IS NOT NULL AS e", ["text"]),
-        "columns": ("SELECT pg_catalog.array_agg(attname::pg_catalog.text) AS c FROM pg_catalog.pg_attribute "
-                    "WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped", ["oid"]),
-        "algorithm": ("SELECT qualified, source FROM learnedidx._algorithm($1, $2)", ["text", "text"]),
-        "offload": ("SELECT learnedidx._offload('indb.train', $1::pg_catalog.jsonb, "
-                    "$2::pg_catalog.oid::pg_catalog.regclass, $3, $4, $5) AS r", ["text", "oid", "text[]", "text", "text"]),
-        "path": ("SELECT pg_catalog.set_config('search_path', $1, true)", ["text"]),
-        "group_types": ("SELECT learnedidx._check_group_type($1, a.attname::pg_catalog.text, a.atttypid) "
-                        "FROM pg_catalog.pg_attribute a WHERE a.attrelid = $1::pg_catalog.regclass "
-                        "AND a.attnum BETWEEN 1 AND $2 ORDER BY a.attnum", ["text", "int4"]),
-        "version": ("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'learnedidx'", []),
-    }.items()}
-BUILTINS = ("linregr", "logregr", "svm", "lmf")
-READERS = {"auto": "auto", "pages": "pages", "query": "query", "strider": "pages", "copy": "query"}
-F8, F8A, I8, I8A, I4, TEXT = ("pg_catalog.float8", "pg_catalog.float8[]", "pg_catalog.int8", "pg_catalog.int8[]",
-                              "pg_catalog.int4", "pg_catalog.text")
-# The output table of each algorithm: MADlib's columns, in MADlib's order, then ours.
-COLUMNS = {
-    "linregr": [("coef", F8A), ("r2", F8), ("std_err", F8A), ("t_stats", F8A), ("p_values", F8A),
-                ("condition_no", F8), ("num_rows_processed", I8), ("num_missing_rows_skipped", I8),
-                ("variance_covariance", F8A)],
-    "logregr": [("coef", F8A), ("log_likelihood", F8), ("std_err", F8A), ("z_stats", F8A), ("p_values", F8A),
-                ("odds_ratios", F8A), ("condition_no", F8), ("num_rows_processed", I8),
-                ("num_missing_rows_skipped", I8), ("num_iterations", I4), ("variance_covariance", F8A)],
-    "svm": [("coef", F8A), ("loss", F8), ("norm_of_gradient", F8), ("num_iterations", I4),
-            ("num_rows_processed", I8), ("num_rows_skipped", I8), ("dep_var_mapping", F8A)],
-    "lmf": [("u", F8A), ("v", F8A), ("row_ids", I8A), ("col_ids", I8A), ("loss", F8), ("num_rows_processed", I8),
-            ("num_rows_skipped", I8), ("num_iterations", I4)],
-    None: [("coef", F8A), ("loss", F8), ("num_rows_processed", I8), ("num_rows_skipped", I8),
-           ("num_iterations", I4)],
-}
-TIMES = [("train_seconds", F8), ("accel_seconds", F8)]
-# MADlib's svm_classification params we take (as the settings they mean), and those we refuse
-# unless left at MADlib's default.
-SVM_PARAMS = {"init_stepsize": "stepsize", "max_iter": "max_iter", "lambda": "lambda", "tolerance": "tolerance"}
-SVM_REFUSED = {"decay_factor": None, "n_folds": "0", "validation_result": "", "epsilon": None, "eps_table": "",
-               "class_weight": ""}
-
-def fail(message, sqlstate="22023", hint=None):
-    if hint:
-        plpy.error(message, sqlstate=sqlstate, hint=hint)
-    plpy.error(message, sqlstate=sqlstate)
-
-def split_top(text):
-    """The comma-separated items of a select list, commas inside (), [] or quotes aside."""
-    items, cur, depth, quote = [], [], 0, None
-    for ch in text:
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            items.append("".join(cur).strip())
-            cur = []
-            continue
-        cur.append(ch)
-    return items + ["".join(cur).strip()]
-
-IDENT = re.compile(r'\s*(?:([A-Za-z_][A-Za-z0-9_$]*)|"((?:[^"]|"")+)")\s*$')
-def ident(item):
-    """The name an identifier item means (folded unless quoted), or None."""
-    m = IDENT.match(item)
-    return m and (m.group(1).lower() if m.group(1) else m.group(2).replace('""', '"'))
-
-def keyvalues(text, what):
-    """MADlib's 'name=value, name=value' parameter strings, as a dict."""
-    out = {}
-    for item in split_top(text or ""):
-        if not item:
-            continue
-        name, eq, value = item.partition("=")
-        if not eq or not name.strip():
-            fail("%s must be name=value pairs, not %r" % (what, item))
-        out[name.strip().lower()] = value.strip().strip("'\"")
-    return out
-
-def lit(v):
-    # Array literals pass as text: converting nested lists element by element in PL/Python
-    # costs far more than PostgreSQL parsing one float8[] literal.
-    if v is None:
-        return None
-    if isinstance(v, list):
-        return "{" + ",".join(lit(x) if isinstance(x, list) else repr(x) for x in v) + "}"
-    return repr(v)
-
-for arg, value in (("source", source), ("out_table", out_table), ("dep", dep), ("indep", indep)):
-    if value is None or not value.strip():
-        fail("%s must not be empty" % arg)
-opts = json.loads(params) if params else {}
-if not isinstance(opts, dict):
-    fail("params must be a JSON object, not %s" % params)
-grouping = opts.pop("grouping_cols", None)
-if grouping is not None and algorithm not in ("linregr", "logregr", "svm"):
-    fail("grouping_cols is supported by linregr, logregr and svm, not %s" % algorithm, "0A000")
-if opts.pop("heteroskedasticity_option", None):
-    fail("heteroskedasticity_option (the Breusch-Pagan test) is not supported", "0A000")
-reader = opts.pop("reader", None) or plpy.execute(P["setting"], ["learnedidx.reader"])[0]["v"] or "auto"
-if reader not in READERS:
-    fail("reader (learnedidx.reader) must be auto, pages or query, not %r" % reader)
-reader = READERS[reader]
-threads = opts.get("threads")
-if threads is None:
-    threads = plpy.execute(P["setting"], ["learnedidx.threads"])[0]["v"] or None
-if threads is not None:
-    if not str(threads).isdigit() or int(threads) < 1:
-        fail("threads (learnedidx.threads) must be a positive integer, not %r" % threads)
-    opts["threads"] = int(threads)
-
-# MADlib's svm_classification: its kernel and its parameter string.
-svm_madlib = opts.pop("svm_classification", None)
-extra_summary = {}
-if svm_madlib is not None:
-    kernel = (svm_madlib.get("kernel_func") or "linear").strip().lower()
-    if kernel != "linear":
-        fail("kernel_func %r is not supported: 'linear' is" % kernel, "0A000")
-    kp = keyvalues(svm_madlib.get("kernel_params"), "kernel_params")
-    fit_intercept = kp.pop("fit_intercept", "false").lower()
-    if kp or fit_intercept not in ("true", "false"):
-        fail("kernel_params of the linear kernel take fit_intercept=true|false only, not %r"
-             % svm_madlib.get("kernel_params"))
-    opts["intercept"] = fit_intercept == "true"
-    given = keyvalues(svm_madlib.get("params"), "params")
-    svm_settings = {"init_stepsize": 0.01, "max_iter": 100, "lambda": 0.01, "tolerance": 1e-10, "norm": "l2"}
-    for name, value in given.items():
-        if name in SVM_REFUSED:
-            if SVM_REFUSED[name] is None or value.lower() != SVM_REFUSED[name]:
-                fail("svm_classification parameter %s is not supported" % name, "0A000",
-                     hint="learnedidx steps with init_stepsize / (1 + init_stepsize * lambda * t) and takes "
-                          "init_stepsize, max_iter, lambda, tolerance and norm=L2")
-        elif name == "norm":
-            if value.lower() != "l2":
-                fail("norm %r is not supported: L2 is" % value, "0A000")
-        elif name not in SVM_PARAMS:
-            fail("unknown svm_classification parameter %s" % name)
-        else:
-            try:
-                svm_settings[name] = int(value) if name == "max_iter" else float(value)
-            except ValueError:
-                fail("svm_classification parameter %s must be a number, not %r" % (name, value))
-    opts.update({SVM_PARAMS[k]: v for k, v in svm_settings.items() if k in SVM_PARAMS})
-    opts["lambda_per"] = "model"  # MADlib's lambda weighs ||w||^2 against the sum of the losses
-    extra_summary = {
-        "version_number": plpy.execute(P["version"])[0]["extversion"], "kernel_func": kernel,
-        "kernel_params": "fit_intercept=%s" % fit_intercept,
-        "optim_params": "init_stepsize=%r, max_iter=%d, tolerance=%r" % (
-            svm_settings["init_stepsize"], svm_settings["max_iter"], svm_settings["tolerance"]),
-        "reg_params": "lambda=%r, norm=L2, n_folds=0" % svm_settings["lambda"]}
-
-args = {"algorithm": algorithm, "params": opts, "dep": dep, "indep": indep}
-method = algorithm
-if algorithm not in BUILTINS:
-    alg = plpy.execute(P["algorithm"], [algorithm, caller_path])[0]
-    method, args["dsl_source"] = alg["qualified"], alg["source"]
-columns_out = COLUMNS.get(algorithm if algorithm in BUILTINS else None)
-
-target = plpy.execute(P["target"], [out_table, caller_path])[0]
-if len(target["relname"].encode()) > 63 - len("_summary"):
-    fail("output table name %s is too long for its _summary table" % out_table, "42622")
-out = plpy.quote_ident(target["schema"]) + "." + plpy.quote_ident(target["relname"])
-summary = plpy.quote_ident(target["schema"]) + "." + plpy.quote_ident(target["relname"] + "_summary")
-for t in (out, summary):
-    if plpy.execute(P["exists"], [t])[0]["e"]:
-        fail("relation %s already exists" % t, "42P07")
-
-# What to read: dep and indep are columns or SQL expressions of the source.  MADlib's
-# 'ARRAY[1, x1, x2]' states the intercept (true with a 1 among the items, false without).
-src = plpy.execute(P["source"], [source, caller_path])[0]
-array_form = re.match(r"(?is)\s*array\s*\[(.*)\]\s*$", indep)
-items = split_top(array_form.group(1) if array_form else indep)
-if "" in items:
-    fail("indep lists an empty item: %r" % indep, "42601")
-if array_form:
-    opts["intercept"] = "1" in items
-    items = items[1:] if items and items[0] == "1" else items
-query = "SELECT (%s), %s FROM %s AS src" % (dep, indep, src["from_sql"])
-names = None
-if src["oid"] is not None:
-    names = set(plpy.execute(P["columns"], [src["oid"]])[0]["c"] or [])
-columns = None
-if names is not None:
-    found = [ident(c) for c in [dep] + items]
-    if items and all(f in names for f in found):
-        columns = found
-
-groups = None
-if grouping is not None:
-    groups = []
-    for item in split_top(grouping):
-        name = ident(item)
-        if name is None:
-            fail("grouping_cols must name columns of the source, comma-separated, not %r" % item,
-                 "0A000" if item else "42601")
-        if name in [c for c, _ in columns_out + TIMES]:
-            fail("grouping column %s has the name of an output column" % name, "42701")
-        if names is not None and name not in names:
-            fail('column "%s" of grouping_cols does not exist in %s' % (name, source), "42703")
-        groups.append(name)
-    if reader == "pages":
-        fail("the page reader trains one model: grouping_cols reads the query path", "0A000")
-    qg = ", ".join(plpy.quote_ident(g) for g in groups)
-    opts["grouped"] = True
-    query = "SELECT (%s), %s, (pg_catalog.dense_rank() OVER (ORDER BY %s))::pg_catalog.float8 FROM %s AS src" % (
-        dep, indep, qg, src["from_sql"])
-    # The output table first, the grouping columns with the source's types as in MADlib's: predict
-    # reads only types it can read with the system's code, so others are refused before training.
-    plpy.execute(P["path"], [caller_path])
-    plpy.execute("CREATE TABLE %s AS SELECT %s, %s FROM %s AS src WITH NO DATA" % (
-        out, ", ".join("src.%s" % plpy.quote_ident(g) for g in groups),
-        ", ".join("NULL::%s AS %s" % (t, c) for c, t in columns_out + TIMES), src["from_sql"]))
-    plpy.execute(P["path"], ["pg_catalog, pg_temp"])
-    plpy.execute(P["group_types"], [out, len(groups)])
-if reader == "pages" and columns is None:
-    fail("the page reader reads plain columns of a table, view-free: %s" % (
-        "the source is a query" if src["oid"] is None else "dep or indep is an expression"), "0A000")
-
-pages = reader != "query" and columns is not None and groups is None
-if groups is None:
-    raw = plpy.execute(P["offload"], [json.dumps(args), src["oid"] if pages else None, columns if pages else None,
-                                      query if reader != "pages" else None, caller_path])[0]["r"]
-    keys = None
-else:
-    # One statement, so one snapshot, reads the groups (their values and rows) and streams the
-    # rows numbered by group; both are the caller's SQL, evaluated with its search_path.
-    k = ", ".join("src.%s AS c%d" % (plpy.quote_ident(g), i) for i, g in enumerate(groups))
-    order = ", ".join("k.c%d" % i for i in range(len(groups)))
-    obj = ", ".join("%s, k.c%d" % (plpy.quote_literal(g), i) for i, g in enumerate(groups))
-    stmt = ("SELECT learnedidx._offload('indb.train', $1::pg_catalog.jsonb, NULL, NULL, $2, $3) AS r, "
-            "(SELECT pg_catalog.jsonb_build_object('keys', pg_catalog.array_agg(pg_catalog.jsonb_build_object(%s)"
-            "::pg_catalog.text ORDER BY %s), 'rows', pg_catalog.array_agg(k.n ORDER BY %s))::pg_catalog.text "
-            "FROM (SELECT %s, pg_catalog.count(*) AS n FROM %s AS src GROUP BY %s) AS k) AS keys" % (
-                obj, order, order, k, src["from_sql"], ", ".join(str(i + 1) for i in range(len(groups)))))
-    plpy.execute(P["path"], [caller_path])
-    row = plpy.execute(plpy.prepare(stmt, ["text", "text", "text"]), [json.dumps(args), query, caller_path])[0]
-    plpy.execute(P["path"], ["pg_catalog, pg_temp"])
-    raw, keys = row["r"], json.loads(row["keys"])
-reply = json.loads(raw)
-if not reply.get("ok"):
-    e = reply.get("error") or {}
-    fail("learnedidx: %s" % e.get("message", "unknown error"), e.get("sqlstate") or "XX000")
-r = reply["result"]
-
-# The rows of the output table: one per model (per group with grouping).
-results = r["groups"]
-if keys is not None:
-    by_group = {g["group"]: g for g in results}
-    results = [by_group.get(i + 1) or {"group": i + 1, "model": None, "stats": {}, "num_rows_processed": 0}
-               for i in range(len(keys["keys"]))]
-    for g, n in zip(results, keys["rows"]):
-        g["rows"] = n
-else:
-    results[0]["rows"] = r["num_rows_processed"] + r["num_rows_skipped"]
-    results[0]["train_seconds"] = r["train_seconds"]
-
-def failed(g):
-    coef = (g["model"] or {}).get("coef")
-    return g["model"] is None or (coef is not None and any(x != x or x in (float("inf"), float("-inf")) for x in coef))
-
-def value(g, name):
-    m, s = g["model"] or {}, g["stats"]
-    if name in ("coef", "u", "v", "row_ids", "col_ids"):
-        return lit(m.get(name))
-    if name == "dep_var_mapping":
-        return lit(m.get("labels"))
-    if name in ("num_missing_rows_skipped", "num_rows_skipped"):
-        return str(g["rows"] - g["num_rows_processed"])
-    if name in s:
-        return lit(s[name])
-    return None if g.get(name) is None else lit(g[name])
-
-model_cols = columns_out + (([("dep_var_mapping", F8A)] if "labels" in (results[0]["model"] or {}) else [])
-                            if algorithm not in BUILTINS else []) + TIMES
-types = [t for _, t in model_cols]
-if groups is None:
-    plpy.execute("CREATE TABLE %s (%s)" % (out, ", ".join("%s %s" % c for c in model_cols)))
-    insert = plpy.prepare("INSERT INTO %s VALUES (%s)" % (
-        out, ", ".join("$%d::%s" % (i + 1, t) for i, t in enumerate(types))), ["text"] * len(types))
-else:  # the output table was made before training
-    insert = plpy.prepare("INSERT INTO %s SELECT %s, %s FROM pg_catalog.jsonb_populate_record(NULL::%s, "
-                          "$1::pg_catalog.jsonb) AS k" % (
-        out, ", ".join("k.%s" % plpy.quote_ident(g) for g in groups),
-        ", ".join("$%d::%s" % (i + 2, t) for i, t in enumerate(types)), out), ["text"] * (len(types) + 1))
-for i, g in enumerate(results):
-    row = [value(g, c) for c, _ in model_cols]
-    plpy.execute(insert, row if groups is None else [keys["keys"][i]] + row)
-
-# The summary table: MADlib's columns for the algorithm, then ours.
-processed = sum(g["num_rows_processed"] for g in results)
-skipped = sum(g["rows"] for g in results) - processed
-nfailed = sum(1 for g in results if failed(g))
-group_text = grouping if groups is not None else None
-if algorithm == "svm":
-    extra_summary = extra_summary or {
-        "version_number": plpy.execute(P["version"])[0]["extversion"], "kernel_func": "linear",
-        "kernel_params": "fit_intercept=%s" % ("true" if r["intercept"] else "false"),
-        "optim_params": "init_stepsize=%r, max_iter=%r, tolerance=%r" % (
-            opts.get("stepsize", 0.1), opts.get("max_iter", 30), opts.get("tolerance", 0.0)),
-        "reg_params": "lambda=%r, norm=L2, n_folds=0" % opts.get("lambda", 0.0001)}
-    head = [("method", TEXT, "SVC"), ("version_number", TEXT, extra_summary["version_number"]),
-            ("source_table", TEXT, source), ("model_table", TEXT, out), ("dependent_varname", TEXT, dep),
-            ("independent_varname", TEXT, indep), ("kernel_func", TEXT, extra_summary["kernel_func"]),
-            ("kernel_params", TEXT, extra_summary["kernel_params"]), ("grouping_col", TEXT, group_text),
-            ("optim_params", TEXT, extra_summary["optim_params"]), ("reg_params", TEXT, extra_summary["reg_params"]),
-            ("num_all_groups", I4, len(results)), ("num_failed_groups", I4, nfailed),
-            ("total_rows_processed", I8, processed), ("total_rows_skipped", I8, skipped)]
-else:
-    head = [("method", TEXT, method), ("source_table", TEXT, source), ("out_table", TEXT, out),
-            ("dependent_varname", TEXT, dep), ("independent_varname", TEXT, indep)]
-    if algorithm == "logregr":
-        head += [("optimizer_params", TEXT, "optimizer=%s, max_iter=%s, tolerance=%s" % (
-                     opts.get("optimizer", "irls"), opts.get("max_iter", 20), opts.get("tolerance", 0.0001))),
-                 ("num_all_groups", I4, len(results)), ("num_failed_groups", I4, nfailed)]
-    head += [("num_rows_processed", I8, processed), ("num_missing_rows_skipped", I8, skipped),
-             ("grouping_col", TEXT, group_text)]
-# The features as predict takes them: one array, or the items (numbers or arrays) concatenated.
-if r["features_form"] == "array" and groups is None:
-    feature_expression = "(%s)::pg_catalog.float8[]" % indep
-else:
-    feature_expression = "(ARRAY[]::pg_catalog.float8[] %s)::pg_catalog.float8[]" % " ".join(
-        "OPERATOR(pg_catalog.||) (%s)" % item for item in split_top(indep))
-tail = [("grouping_columns", "pg_catalog.text[]", lit(groups) if groups is None else
-         "{" + ",".join('"%s"' % g.replace("\\", "\\\\").replace('"', '\\"') for g in groups) + "}"),
-        ("intercept", "pg_catalog.bool", r["intercept"]), ("num_features", I4, r["num_features"]),
-        ("feature_expression", TEXT, feature_expression),
-        ("params", "pg_catalog.jsonb", json.dumps({k: v for k, v in opts.items() if k != "grouped"})),
-        ("read_path", TEXT, r["path"]), ("timings", "pg_catalog.jsonb", json.dumps(r["timings"]))]
-cols = head + tail
-plpy.execute("CREATE TABLE %s (%s, created pg_catalog.timestamptz DEFAULT pg_catalog.now())" % (
-    summary, ", ".join("%s %s" % c[:2] for c in cols)))
-plpy.execute(plpy.prepare("INSERT INTO %s VALUES (%s)" % (
-    summary, ", ".join("$%d::%s" % (i + 1, c[1]) for i, c in enumerate(cols))), ["text"] * len(cols)),
-    [None if c[2] is None else str(c[2]) for c in cols])
-return [{"coef": (g["model"] or {}).get("coef"),
-         "loss": g["stats"].get("loss", g.get("loss")), "num_rows_processed": g["num_rows_processed"],
-         "num_rows_skipped": g["rows"] - g["num_rows_processed"], "num_iterations": g.get("num_iterations"),
-         "train_seconds": g.get("train_seconds"), "accel_seconds": g.get("accel_seconds")} for g in results]
+import sys
+if "learnedidx.indb.udf" not in sys.modules:  # the modules installed with the extension (docs/indb.md)
+    sys.path.insert(0, plpy.execute("SELECT learnedidx._python_path() AS p")[0]["p"])
+from learnedidx.indb.udf import train
+return train.train(plpy, SD, algorithm, source, out_table, dep, indep, params, caller_path)
 $py$;
 
 -- The training entry point: _train_impl, its errors raised again with PostgreSQL's words only

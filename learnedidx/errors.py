@@ -22,6 +22,8 @@ class LearnedIdxError(Exception):
 
     kind: ClassVar[str] = "internal"
     sqlstate: ClassVar[str] = "XX000"
+    #: What PostgreSQL shows as the error's HINT when the extension raises it (set per instance).
+    hint: str | None = None
 
     def __init_subclass__(cls, kind: str | None = None, sqlstate: str | None = None, **kw) -> None:
         super().__init_subclass__(**kw)
@@ -252,6 +254,33 @@ class DSLOverflowError(DSLRuntimeError, OverflowError, kind="numeric-overflow", 
 
 class CancelledError(InDBError, kind="cancelled", sqlstate="57014"):
     """The caller gave up (its statement was cancelled): training stopped between rounds."""
+
+
+class BuiltinNameError(InDBError, kind="builtin-name", sqlstate="42710"):
+    """A user algorithm was to be registered under the name of a built-in one."""
+
+
+class SQLSyntaxError(InDBError, ValueError, kind="sql-syntax", sqlstate="42601"):
+    """An argument of a training function that holds SQL (``indep``, ``grouping_cols``) is
+    malformed: an empty item of a list, say."""
+
+
+class UndefinedColumnError(InDBError, kind="undefined-column", sqlstate="42703"):
+    """An argument names a column the source does not have."""
+
+
+class DuplicateColumnError(InDBError, kind="duplicate-column", sqlstate="42701"):
+    """Two columns of an output table would have one name (a grouping column named as a
+    statistic)."""
+
+
+class DuplicateTableError(InDBError, kind="duplicate-table", sqlstate="42P07"):
+    """A training function's output table or its summary table exists already."""
+
+
+class NameTooLongError(InDBError, kind="name-too-long", sqlstate="42622"):
+    """A name is too long for PostgreSQL's identifiers (63 bytes): an output table whose
+    ``_summary`` table's name would be."""
 
 
 class PagesUndecodableError(InDBError, kind="pages-undecodable", sqlstate="0A000"):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need (PostgreSQL 15 server, PL/Python, pageinspect, word lists,
 # a virtualenv with the package and its test extras, the extension files, and PGXS for the
-# tests that run `make install` / `make installcheck` in extension/) and run them.
+# tests that run `make install` / `make installcheck` on the extension's files) and run them.
 source "$(dirname "$0")/../docker/install.sh"
 cd "$REPO"
 

@@ -6,6 +6,7 @@ import tomllib
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from learnedidx import checks
 from learnedidx.errors import ConfigError
 
 
@@ -27,12 +28,10 @@ class DeviceConfig:
 
     def __post_init__(self) -> None:
         for f in ("units", "pus_per_unit", "inner_pes", "dot_width", "max_features"):
-            if int(getattr(self, f)) < 1:
-                raise ConfigError(f"device {f} must be >= 1")
-        if self.clock_mhz <= 0 or self.link_gbps <= 0:
-            raise ConfigError("clock and link bandwidth must be positive")
-        if self.precision not in ("fp32", "fp64"):
-            raise ConfigError("precision must be fp32 or fp64")
+            checks.integer(f"device {f}", getattr(self, f), 1)
+        for f in ("clock_mhz", "link_gbps"):
+            checks.number(f"device {f}", getattr(self, f), 0, above=True)
+        checks.choice("device precision", self.precision, ("fp32", "fp64"))
 
     @classmethod
     def load(cls, path: str | Path | None = None, **overrides) -> "DeviceConfig":

@@ -48,7 +48,7 @@ def plot(results: dict, workloads: list[str], peers: list[str], modes: list[str]
             ax.set_title(w)
             ax.set_yscale("log")
             ax.set_xlabel("percentile")
-        axes[0][0].set_ylabel("latency (us), main op")
+        axes[0][0].set_ylabel("latency (us), main op" + (": its batch's" if mode == "batch" else ""))
         axes[0][-1].legend(fontsize=7)
         fig.tight_layout()
         f = out / f"latency-{mode}.png"
@@ -125,7 +125,7 @@ def register(app: typer.Typer) -> None:
                                           "(else all in this one, each run on the heap the earlier ones left)"),
     ) -> None:
         """Run every peer on identical operation streams; ratios are learnedidx / peer."""
-        from learnedidx.workloads.cli import parse_overrides, runnable_peers, ycsb_streams
+        from learnedidx.workloads.cli import parse_overrides, runnable_peers, warm_learned_index, ycsb_streams
         from learnedidx.workloads.peers import PEERS, SINDEX_DRIVER_ENV, available_peers
         from learnedidx.workloads.sindex import run_whole_streams
 
@@ -142,6 +142,7 @@ def register(app: typer.Typer) -> None:
 
         def warn(msg: str) -> None:
             console.print(f"[red]{msg}[/red]")
+        warm_learned_index(plist, console)  # in this process: the forked runs inherit the compiled kernels
         global _STREAMS
         for w in wl:
             console.print(f"workload {w}: generating {records:,} records and {operations:,} operations")

@@ -1,11 +1,11 @@
 """The options of a :class:`~learnedidx.index.store.Store`, validated once when built."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Mapping
 
+from learnedidx import checks
 from learnedidx.errors import ConfigError
 from learnedidx.index.training import TrainingBackend
 
@@ -59,13 +59,13 @@ class StoreOptions:
     recovery: str = "strict"  #: on damage inside the log: refuse to open, or go back to the last good point
 
     def __post_init__(self) -> None:
-        _choice("sync", self.sync, SYNC_POLICIES)
-        _choice("retrain", self.retrain, RETRAIN_MODES)
-        _choice("recovery", self.recovery, RECOVERY_MODES)
+        checks.choice("sync", self.sync, SYNC_POLICIES)
+        checks.choice("retrain", self.retrain, RETRAIN_MODES)
+        checks.choice("recovery", self.recovery, RECOVERY_MODES)
         for name, (lo, hi) in INT_RANGES.items():
-            _int(name, getattr(self, name), lo, hi)
-        for name, (lo, hi, positive) in NUMBER_RANGES.items():
-            _number(name, getattr(self, name), hi, positive)
+            checks.integer(name, getattr(self, name), lo, hi)
+        for name, (lo, hi, above) in NUMBER_RANGES.items():
+            checks.number(name, getattr(self, name), lo, hi, above=above)
         if not isinstance(self.trainer, str) and not isinstance(self.trainer, TrainingBackend):
             raise ConfigError(f"trainer must be a backend name or implement train_full/train_incremental, "
                               f"not {type(self.trainer).__name__}")
@@ -90,21 +90,3 @@ class StoreOptions:
         """Smallest group that halving for the feature length may produce."""
         return max(16, self.group_size // 8)
 
-
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{name} must be one of {', '.join(map(repr, allowed))}, not {value!r}")
-
-
-def _int(name: str, value: Any, lo: int, hi: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(f"{name} must be an integer, not {type(value).__name__}")
-    if not lo <= value <= hi:
-        raise ConfigError(f"{name} must be in {lo}..{hi}, not {value}")
-
-
-def _number(name: str, value: Any, hi: float, positive: bool) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number, not {value!r}")
-    if value < 0 or (positive and value == 0) or value > hi:
-        raise ConfigError(f"{name} must be {'> 0' if positive else '>= 0'} and <= {hi:g}, not {value}")

@@ -11,6 +11,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from learnedidx import checks
 from learnedidx.errors import ConfigError, LearnedIdxError, ProtocolError, RemoteError, ServerUnavailableError
 from learnedidx.index.kernels import FB_COLS, feature_bytes_many
 from learnedidx.index.training import KeysJob, TrainResult
@@ -22,17 +23,15 @@ def _check_options(socket, timeout, token, tcp, cache_r, max_groups) -> None:
     trainer's options when it opens, not at its first retrain)."""
     if socket is not None and not isinstance(socket, (str, os.PathLike)):
         raise ConfigError(f"socket must be a path, not {type(socket).__name__}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
-        raise ConfigError(f"timeout must be a number of seconds in (0, 86400], not {timeout!r}")
+    checks.number("timeout", timeout, 0, 86400, above=True)
     if token is not None and not isinstance(token, str):
         raise ConfigError(f"token must be a str, not {type(token).__name__}")
-    if tcp is not None and not (isinstance(tcp, tuple) and len(tcp) == 2 and isinstance(tcp[0], str)
-                                and isinstance(tcp[1], int) and not isinstance(tcp[1], bool)):
-        raise ConfigError(f"tcp must be a (host, port) tuple, not {tcp!r}")
-    if not isinstance(cache_r, bool):
-        raise ConfigError(f"cache_r must be a bool, not {type(cache_r).__name__}")
-    if isinstance(max_groups, bool) or not isinstance(max_groups, int) or not 1 <= max_groups <= 1 << 24:
-        raise ConfigError(f"max_groups must be an integer in 1..{1 << 24}, not {max_groups!r}")
+    if tcp is not None:
+        if not (isinstance(tcp, tuple) and len(tcp) == 2 and isinstance(tcp[0], str)):
+            raise ConfigError(f"tcp must be a (host, port) tuple, not {tcp!r}")
+        checks.integer("tcp port", tcp[1], 0, 65535)
+    checks.boolean("cache_r", cache_r)
+    checks.integer("max_groups", max_groups, 1, 1 << 24)
 
 
 class ServerBackend:

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from learnedidx import checks
 from learnedidx.errors import (SQLSTATES, AuthError, BadRequestError, CancelledError, ConfigError, LearnedIdxError,
                                ProtocolError, TooLargeError, UnknownOperationError, kind_of)
 from learnedidx.server import protocol as P
@@ -47,8 +48,7 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name in ("max_threads", "max_features", "max_call_bytes", "max_calls"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be a positive integer, not {getattr(self, name)!r}")
+            checks.integer(name, getattr(self, name), 1)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The data stream of one call on a connection: the server asks the caller for passes over its
 data and reads them (docs/protocol.md, "The data stream of indb.train").
 
-The caller is a PostgreSQL backend (``extension/learnedidx.c``).  The data travel through a
+The caller is a PostgreSQL backend (``extension/offload.c``).  The data travel through a
 ring of slots in shared memory that the server creates once per call (a memfd sealed against
 shrinking, sent with the first pass request): the backend copies heap pages (the page path) or
 float8 rows (the query path) into a free slot and names it in a small data frame; the server

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 if TYPE_CHECKING:  # the heavy modules load when a command runs
     from learnedidx.workloads.runner import Report
@@ -66,6 +66,28 @@ def runnable_peers(peers: list[str], run: OpStream, threads: int = 1, *, probe: 
     return [p for p in ok if p not in skipped]
 
 
+def warm_learned_index(peers: list[str], console: Console = err) -> None:
+    """Compile the store's kernels before any peer runs, when one of ``peers`` is the store,
+    showing which stage is compiling and for how long: the first run of an installation
+    compiles them all (minutes), later runs load them from Numba's cache in a moment."""
+    from learnedidx.workloads.peers import (PEERS, WARM_UP_STAGES, LearnedIndexAdapter, learned_index_warm,
+                                            warm_up_learned_index)
+
+    if learned_index_warm() or not any(issubclass(PEERS[p][0], LearnedIndexAdapter) for p in peers if p in PEERS):
+        return
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("the learned index's kernels (compiled once, then loaded from Numba's cache)",
+                            total=len(WARM_UP_STAGES))
+        steps = iter(range(len(WARM_UP_STAGES)))
+
+        def stage(name: str) -> None:
+            bar.update(task, completed=next(steps), description=f"compiling the learned index's kernels: {name} "
+                                                                "(once; later runs load them from Numba's cache)")
+            bar.refresh()  # every stage shown, however fast
+        warm_up_learned_index(stage)
+        bar.update(task, completed=len(WARM_UP_STAGES), description="the learned index's kernels are ready")
+
+
 def run_peers(load: OpStream, run: OpStream, peers: list[str], modes: list[str], *, threads: int = 1,
               store_options: dict | None = None, progress: bool = True, probe: bool = True) -> list[Report]:
     """Load then run the streams on each peer and mode (a fresh adapter each); the load and
@@ -75,9 +97,12 @@ def run_peers(load: OpStream, run: OpStream, peers: list[str], modes: list[str],
     from learnedidx.workloads.runner import execute
 
     reports = []
+    runnable = runnable_peers(peers, run, threads, probe=probe)
+    if progress:
+        warm_learned_index(runnable)
     with Progress(*Progress.get_default_columns(), console=err, transient=True,
                   disable=not (progress and err.is_terminal)) as bar:
-        for peer in runnable_peers(peers, run, threads, probe=probe):
+        for peer in runnable:
             for mode in modes:
                 ad = get_adapter(peer, **((store_options or {}) if peer.startswith("learnedidx") else {}))
                 try:

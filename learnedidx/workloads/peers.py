@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import Sequence
+from typing import Callable, Sequence
 
 import learnedidx
 from learnedidx.errors import WorkloadError
@@ -81,23 +81,45 @@ class Adapter:
         pass
 
 
-def warm_up_learned_index() -> None:
+_warm = False  # this process has run every kernel (a child forked from it inherits them)
+
+#: The stages of :func:`warm_up_learned_index`, as it reports them.
+WARM_UP_STAGES = ("opening a store", "a bulk load", "writes, fold-ins and splits", "a batch of writes",
+                  "deletes and retraining", "reads and scans")
+
+
+def warm_up_learned_index(stage: Callable[[str], None] | None = None) -> None:
     """Run every kernel a run uses once, so that Numba compilation (or cache loading) is
     never timed: reads, scans, writes, fold-ins and splits (a tiny buffer and tiny groups),
-    deletes, and retraining many groups at once."""
+    deletes, and retraining many groups at once.  ``stage`` is called with each of
+    :data:`WARM_UP_STAGES` as it begins (compiling them all takes minutes the first time)."""
+    global _warm
+    say = stage or (lambda _: None)
+    say(WARM_UP_STAGES[0])
     with learnedidx.open(retrain="off", group_size=16, buffer_threshold=4) as db:
         keys = [b"warm%03d" % i for i in range(0, 256, 2)]
         more = [b"warm%03d" % i for i in range(1, 256, 2)]
         db.get(b"x")
-        db.put_many(keys, keys)  # a bulk load
-        for k in more[:40]:  # fold-ins, splits
+        say(WARM_UP_STAGES[1])
+        db.put_many(keys, keys)
+        say(WARM_UP_STAGES[2])
+        for k in more[:40]:
             db.put(k, k)
+        say(WARM_UP_STAGES[3])
         db.apply_many(more[40:] + keys[:8], more[40:] + [None] * 8)  # fold-ins inside a batch
+        say(WARM_UP_STAGES[4])
         db.delete(keys[5])
         db.retrain_now()
         db.put(b"warm-extra", b"v")
+        say(WARM_UP_STAGES[5])
         db.get(keys[3]), db.get_many(keys), db.scan(keys[0], 5), list(db.range(keys[0], keys[9]))
         db.scan_many(keys[:4], 3), db.scan_many(keys[:4], [1, 2, 3, 4])
+    _warm = True
+
+
+def learned_index_warm() -> bool:
+    """Whether this process has run :func:`warm_up_learned_index`."""
+    return _warm
 
 
 class LearnedIndexAdapter(Adapter):
@@ -105,7 +127,8 @@ class LearnedIndexAdapter(Adapter):
 
     def __init__(self, name: str = "learnedidx", **options) -> None:
         self.name = name
-        warm_up_learned_index()
+        if not _warm:
+            warm_up_learned_index()
         self.db = learnedidx.open(**options)
         self.get = self.db.get
         self.put = self.db.put

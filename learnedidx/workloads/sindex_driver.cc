@@ -49,7 +49,7 @@
 namespace {
 
 const char kMagic[8] = {'L', 'I', 'D', 'X', 'O', 'P', 'S', '1'};
-const int kFormat = 2;  // learnedidx.workloads.streamfile.FORMAT
+const int kFormat = 3;  // learnedidx.workloads.streamfile.FORMAT
 enum Op : uint8_t { READ = 0, UPDATE = 1, INSERT = 2, SCAN = 3, RMW = 4, DELETE = 5 };
 const char *const kOpNames[] = {"READ", "UPDATE", "INSERT", "SCAN", "READ-MODIFY-WRITE", "DELETE"};
 const size_t kSlots[] = {16, 24, 32, 48, 64, 128, 256};
@@ -283,7 +283,8 @@ inline int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
 
-// Latencies in whole microseconds (at least 1, as the runner records them) per operation.
+// Latencies in whole microseconds (at least 1, as the runner records them) per operation; in
+// batch mode an operation's is its batch's (the runner's rule).
 struct Latencies {
   std::map<uint64_t, uint64_t> counts[6];
   void add(int op, int64_t ns) { add_us(op, ns / 1000); }
@@ -522,8 +523,8 @@ int run(const Stream &s, const Options &o) {
   int64_t t2 = now_ns();
   if (o.fix_exited) sindex::config.exited = false;
   {
-    Latencies lat;  // one bulk operation: each key is charged its share, as in a batch
-    lat.add_us(INSERT, (t2 - t0) / 1000 / int64_t(load.size()), load.size());
+    Latencies lat;  // one bulk operation: each key waited for all of it, as in a batch
+    lat.add_us(INSERT, (t2 - t0) / 1000, load.size());
     print_report(o, L, "load", load.size(), t2 - t0, 0, lat,
                  ", \"sort_ns\": " + std::to_string(t1 - t0) + ", \"build_ns\": " + std::to_string(t2 - t1) +
                      ", \"distinct_keys\": " + std::to_string(keys.size()));
@@ -579,7 +580,7 @@ int run(const Stream &s, const Options &o) {
     elapsed = now_ns() - start - digest_ns;
   } else {
     // The runner's batches (cut by the writer): results are kept and digested after each
-    // batch's clock stops, and every operation is charged the batch's time / its size.
+    // batch's clock stops, and every operation's latency is the batch's time.
     // In operation order: a read's value id, or kScan and where a scan's pairs end.
     const uint64_t kScan = kNoValue - 1;
     std::vector<std::pair<uint64_t, size_t>> results;
@@ -621,8 +622,7 @@ int run(const Stream &s, const Options &o) {
           digest.read(r.first);
         }
       }
-      int64_t each_us = (b - a) / 1000 / int64_t(size);
-      for (size_t j = i; j < i + size; j++) lat.add_us(s.ops[j], each_us);
+      for (size_t j = i; j < i + size; j++) lat.add_us(s.ops[j], (b - a) / 1000);
       i += size;
       digest_ns += now_ns() - b;
     }

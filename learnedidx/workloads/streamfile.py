@@ -30,8 +30,9 @@ from learnedidx.workloads.spec import INSERT, RMW, SCAN, UPDATE, OpStream
 
 MAGIC = b"LIDXOPS1"
 # The driver's protocol, printed by ``sindex_driver --version``: this file's layout and the
-# reports it prints (2: a run's report carries the time it spent finishing deferred work).
-FORMAT = 2
+# reports it prints (2: a run's report carries the time it spent finishing deferred work; 3:
+# in batch mode and in the load, an operation's latency is its batch's, not a share of it).
+FORMAT = 3
 MAX_KEY = 0xFFFF
 _WRITES = (UPDATE, INSERT, RMW)
 

@@ -1,6 +1,6 @@
 """The extension's C module keeps copies of Python constants (the frame header and flags, the
 stream's control codes, the reply size limit, the default socket path rule).  Each copy must
-agree with its original; the C source is read from the package data."""
+agree with its original; the C header that holds them is read from the package data."""
 from __future__ import annotations
 
 import os
@@ -14,7 +14,7 @@ from learnedidx.indb.cluster import TempCluster
 from learnedidx.server import protocol, stream
 from tests.pgfixtures import PG_BINDIR
 
-C_SOURCE = install.read_text("learnedidx.c")
+C_SOURCE = install.read_text("learnedidx.h")
 
 
 def define(name: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import graphlib
+import re
 from pathlib import Path
 
 import learnedidx
@@ -66,9 +67,15 @@ def test_dependencies_point_one_way():
     assert wrong == []
 
 
-def test_the_builtin_algorithm_names_are_defined_once():
-    homes = [path.relative_to(ROOT.parent) for path in ROOT.rglob("*.py")
+def test_the_builtin_algorithm_names_are_listed_once():
+    """One list of the built-in algorithms (learnedidx.indb.udf.catalog), which the server and
+    the SQL functions share: no other tuple, list or set of their names in the package, and
+    none in the extension's SQL script."""
+    names = {"linregr", "logregr", "svm", "lmf"}
+    homes = [path.relative_to(ROOT.parent).as_posix() for path in ROOT.rglob("*.py")
              for node in ast.walk(ast.parse(path.read_text()))
-             if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "ALGORITHMS"
-                                                     for t in node.targets)]
-    assert [str(p) for p in homes] == ["learnedidx/indb/runtime/builtins.py"]
+             if isinstance(node, (ast.Tuple, ast.List, ast.Set))
+             and len(names & {e.value for e in node.elts if isinstance(e, ast.Constant)}) > 1]
+    assert homes == ["learnedidx/indb/udf/catalog.py"] * 2  # BUILTINS, GROUPABLE
+    script = (ROOT.parent / "extension" / "learnedidx--0.1.sql").read_text()
+    assert not re.search(r"'(linregr|logregr|svm|lmf)'\s*,\s*'(linregr|logregr|svm|lmf)'", script)

@@ -286,7 +286,7 @@ def test_svm_classification_takes_madlibs_arguments(db):
         ("validation_result=v", psycopg.errors.FeatureNotSupported, "validation_result is not supported"),
         ("eps_table=e", psycopg.errors.FeatureNotSupported, "eps_table is not supported"),
         ("norm=L1", psycopg.errors.FeatureNotSupported, "norm 'L1'"),
-        ("max_iter=ten", psycopg.errors.InvalidParameterValue, "max_iter must be a number"),
+        ("max_iter=ten", psycopg.errors.InvalidParameterValue, "max_iter must be an integer"),
         ("stepsize=1", psycopg.errors.InvalidParameterValue, "unknown svm_classification parameter stepsize"),
         ("lambda", psycopg.errors.InvalidParameterValue, "name=value"),
     ]:

@@ -1,14 +1,14 @@
-"""The sql/ regression suite: sql/sql/*.sql, whose output must equal sql/expected/*.out.
+"""The extension's regression suite: extension/sql/*.sql, whose output must equal
+extension/expected/*.out.
 
 ``test_sql_regression`` feeds each script to psql as pg_regress does (same options, same
 database settings, input on stdin), so one set of expected files serves both this test and
-``make installcheck``; ``test_make_installcheck`` runs the suite through PGXS's
-``make installcheck`` against the same cluster, as every contrib module's suite runs.
+``make installcheck``; tests/indb/test_extension_package.py runs the suite through PGXS's
+``make installcheck`` from an installed package's copy, as every contrib module's suite runs.
 """
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,7 +20,7 @@ from tests.pgfixtures import PG_BINDIR
 pytestmark = pytest.mark.postgres
 
 REPO = Path(__file__).resolve().parents[2]
-SQL_DIR = REPO / "sql"
+SQL_DIR = REPO / "extension"
 CASES = sorted((SQL_DIR / "sql").glob("*.sql"))
 PG_CONFIG = Path(PG_BINDIR) / "pg_config"
 
@@ -60,20 +60,3 @@ def pgxs_or_skip() -> None:
     pgxs = subprocess.run([str(PG_CONFIG), "--pgxs"], capture_output=True, text=True).stdout.strip()
     if not (pgxs and Path(pgxs).exists() and shutil.which("make")):
         pytest.skip("PGXS (Debian postgresql-server-dev-15) and make are needed")
-
-
-def test_make_installcheck(postgresql_proc, accel_server, tmp_path):
-    """``make -C extension installcheck`` runs every script of sql/sql and passes.  It runs on
-    copies of extension/ and sql/: pg_regress writes its results next to the Makefile."""
-    pgxs_or_skip()
-    for d in ("extension", "sql"):
-        shutil.copytree(REPO / d, tmp_path / d, ignore=shutil.ignore_patterns("__pycache__"))
-    env = {**os.environ, "PGHOST": postgresql_proc.host, "PGPORT": str(postgresql_proc.port),
-           "PGUSER": postgresql_proc.user, "LEARNEDIDX_SOCKET": accel_server.socket_path}
-    res = subprocess.run(["make", "-C", str(tmp_path / "extension"), "installcheck", f"PG_CONFIG={PG_CONFIG}"],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300)
-    diffs = tmp_path / "extension" / "regression.diffs"
-    assert res.returncode == 0, res.stdout + (diffs.read_text() if diffs.exists() else "")
-    for case in CASES:
-        assert re.search(rf"\b{case.stem}\s+\.\.\. ok\b", res.stdout), res.stdout
-    assert len(re.findall(r"\.\.\. ok\b", res.stdout)) == len(CASES)

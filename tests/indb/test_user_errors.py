@@ -133,6 +133,7 @@ def _kinds_reached(db) -> dict[str, psycopg.Error]:
     db.execute("SELECT learnedidx.register_algorithm('zero', %s)", (UPDATE.format("w + 1.0 / 0.0"),))
     db.execute("SELECT learnedidx.register_algorithm('overflow', %s)", (UPDATE.format("w * 10.0 ** 400.0"),))
     db.execute("SELECT learnedidx.register_algorithm('singular', %s)", (UPDATE.format("solve(outer(s, s) * 0.0, s)"),))
+    db.execute("CREATE TABLE taken (i int)")
     calls = {
         errors.TrainingDataError: "SELECT * FROM learnedidx.svm_train('k', 'm', 'y', 'x')",
         errors.ParameterError: "SELECT * FROM learnedidx.svm_train('k', 'm', 'y', 'x', max_iter => 0)",
@@ -144,6 +145,13 @@ def _kinds_reached(db) -> dict[str, psycopg.Error]:
         errors.TooLargeError: "SELECT * FROM learnedidx.linregr_train('k', 'm', 'y', 'f')",
         errors.BadRequestError: "SELECT learnedidx._offload('indb.train', '{\"algorithm\": \"x\", "
                                 "\"dsl_source\": 5}', NULL, NULL, 'SELECT 1::float8, 2::float8')",
+        # the SQL functions' own (learnedidx/indb/udf) and indb.register's
+        errors.BuiltinNameError: "SELECT learnedidx.register_algorithm('svm', 'def gradient(w, x, y):\n    return x\n')",
+        errors.SQLSyntaxError: "SELECT * FROM learnedidx.linregr_train('k', 'm', 'y', 'x,')",
+        errors.UndefinedColumnError: "SELECT * FROM learnedidx.linregr_train('k', 'm', 'y', 'x', 'nope')",
+        errors.DuplicateColumnError: "SELECT * FROM learnedidx.linregr_train('k', 'm', 'y', 'x', 'r2')",
+        errors.DuplicateTableError: "SELECT * FROM learnedidx.linregr_train('k', 'taken', 'y', 'x')",
+        errors.NameTooLongError: f"SELECT * FROM learnedidx.linregr_train('k', '{'n' * 60}', 'y', 'x')",
     }
     got = {}
     for cls, sql in calls.items():

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import ctypes
-import gc
 import subprocess
 import sys
 import tracemalloc

@@ -12,7 +12,9 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: ``learnedidx server start|stop``, never replies.
 CLIENT_SIDE = {"argument-type", "argument", "key-type", "key-length", "record-too-large", "store-closed",
                "store-forked", "store-locked", "corrupt-log", "store-io", "log-failed", "workload", "trace-format",
-               "unavailable", "unsafe-path", "server-running", "no-pidfile"}
+               "unavailable", "unsafe-path", "server-running", "no-pidfile",
+               # raised by the extension's training functions in the database (learnedidx/indb/udf)
+               "sql-syntax", "undefined-column", "duplicate-column", "duplicate-table", "name-too-long"}
 
 
 def _section(text: str, heading: str) -> str:

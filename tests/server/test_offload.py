@@ -114,7 +114,7 @@ def test_server_killed_during_ycsb_run_loses_no_acknowledged_write(tmp_path, cap
 
             t = threading.Thread(target=killer)
             t.start()
-            for i, (op, k, v) in enumerate(zip(run.ops.tolist(), run.keys, run.values)):
+            for i, (op, k, v) in enumerate(zip(run.ops.tolist(), run.keys, run.values)):  # noqa: B007 - killer() reads i
                 if op in (INSERT, UPDATE, RMW):
                     db.put(k, v)
                     acked[k] = v

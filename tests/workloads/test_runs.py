@@ -350,3 +350,67 @@ def test_the_warm_up_loads_every_kernel_a_run_uses():
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["used"] > 20 and got["late"] == [], got
+
+
+# ------------------------------------------------------------------ batch latencies
+class _ClockedDict(peers_mod.Adapter):
+    """A dict whose batch call takes 1 ms per operation on the runner's clock (a fake one)."""
+
+    name = "clocked"
+
+    def __init__(self, clock: list[int]) -> None:
+        self.d: dict = {}
+        self.clock = clock
+
+    def apply_many(self, keys, values):
+        self.clock[0] += 1_000_000 * len(keys)
+        out = []
+        for k, v in zip(keys, values):
+            out.append(self.d.get(k) if v is None else self.d.__setitem__(k, v))
+        return out
+
+
+def test_batch_mode_reports_the_batch_time_of_each_operation_and_says_so(monkeypatch):
+    """An operation of a batch waited for the whole batch: its latency is the batch's time,
+    not a share of it (which printed 1 µs for every operation of a fast store)."""
+    clock = [0]
+    monkeypatch.setattr(runner_mod.time, "perf_counter_ns", lambda: clock[0])
+    load, run = ycsb_streams("A", 200, 3000, {}, None, 1)
+    sizes = [sum(counts.values()) for _, _, counts in runner_mod._plan(run)]
+    assert sizes == [3000]  # reads and updates: one batch
+    rep = execute(_ClockedDict(clock), run, mode="batch")
+    assert set(rep.hist) == {"READ", "UPDATE"} and sum(h.get_total_count() for h in rep.hist.values()) == 3000
+    for h in rep.hist.values():  # 3,000 ms each, within the histogram's 3 significant digits
+        assert 2_995_000 <= h.get_min_value() <= h.get_max_value() <= 3_005_000
+    assert rep.lines()[0] == f"# peer=clocked phase=run mode=batch ({runner_mod.BATCH_LATENCY})"
+    assert rep.to_json()["latency"] == "batch"
+    per_op = run_peers(load, run, ["sorteddict"], ["per-op"], progress=False)[1]
+    assert per_op.lines()[0] == "# peer=sorteddict phase=run mode=per-op" and per_op.to_json()["latency"] == "operation"
+
+
+# ------------------------------------------------------------------ compiling the store's kernels
+def test_warming_the_store_shows_each_stage_once_per_process(monkeypatch):
+    """The first run compiles the store's kernels for minutes: the user sees which stage is
+    compiling and for how long, then that they are ready; a process that has them shows
+    nothing again, nor does a run without the store."""
+    import io
+
+    from rich.console import Console
+
+    from learnedidx.workloads.cli import warm_learned_index
+
+    def shown(peers: list[str]) -> str:
+        buf = io.StringIO()
+        warm_learned_index(peers, Console(file=buf, force_terminal=True, width=240))
+        return buf.getvalue()
+
+    monkeypatch.setattr(peers_mod, "_warm", False)
+    assert shown(["sorteddict"]) == "" and not peers_mod.learned_index_warm()
+    text = shown(["sorteddict", "learnedidx-inline"])
+    at = [text.find(f"compiling the learned index's kernels: {s} ") for s in peers_mod.WARM_UP_STAGES]
+    assert -1 not in at and at == sorted(at), text
+    assert "the learned index's kernels are ready" in text and peers_mod.learned_index_warm()
+    assert shown(["learnedidx"]) == ""
+    stages: list[str] = []
+    peers_mod.warm_up_learned_index(stages.append)
+    assert stages == list(peers_mod.WARM_UP_STAGES)

@@ -168,6 +168,8 @@ def test_the_slot_fits_the_longest_key_and_the_load_is_one_bulk_build(tmp_path):
         run = OpStream(np.array([READ, SCAN], np.int8), [b"z" * longest, b"k1"], np.array([0, 3], np.int32), [None, None])
         f = tmp_path / "s.ops"
         write_stream_file(str(f), load, run)
+        printed = subprocess.run([DRIVER, "--mode", "per-op", str(f)], capture_output=True, text=True, check=True)
+        assert {json.loads(line)["slot"] for line in printed.stdout.splitlines()} == {slot}, longest
         rep_load, rep_run = run_driver(get_adapter("sindex"), str(f), "per-op")
         assert rep_load.operations == len(keys) and rep_load.hist["INSERT"].get_total_count() == len(keys)
         assert {n: h.get_total_count() for n, h in rep_run.hist.items()} == {"READ": 1, "SCAN": 1}
@@ -222,3 +224,46 @@ def test_a_read_only_run_leaves_sindex_nothing_to_compact(tmp_path):
     write_stream_file(str(f), load, run)
     r = _driver_reports(str(f), "--mode", "batch", "--check")["run"]
     assert r["compacted_groups"] == 0 and r["checked_keys"] == len(set(load.keys))
+
+
+def test_the_documented_build_finds_the_driver_source_with_the_installs_python(tmp_path):
+    """docs/workloads.md, "Building the driver": the Python that finds sindex_driver.cc is the
+    one learnedidx is installed in (the first `python` on PATH may lack it), whatever the
+    current directory."""
+    import re
+    import sys
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
+    block = doc[doc.index("### Building the driver"):]
+    lines = [line for line in block.splitlines() if re.match(r"(PY|SRC)=", line)][:2]
+    assert [line[:3] for line in lines] == ["PY=", "SRC"]
+    bindir = str(Path(sys.executable).parent)
+    (tmp_path / "python").write_text("#!/bin/sh\nexit 3\n")  # a `python` without learnedidx, first on PATH
+    (tmp_path / "python").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{bindir}:{os.environ.get('PATH', '')}"}
+    out = subprocess.run(["bash", "-ec", "\n".join(lines) + '\necho "$SRC"'], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, check=True).stdout.strip()
+    assert out == str(streamfile_source()) and Path(out).is_file()
+
+
+def streamfile_source():
+    from importlib import resources
+
+    return resources.files("learnedidx.workloads") / "sindex_driver.cc"
+
+
+@needs_driver
+def test_the_drivers_batch_latency_is_its_batchs_time(tmp_path):
+    """As the runner's: in batch mode an operation's latency is its batch's time. One batch of
+    reads: every read has that one latency, the run's whole time (not a 2,000th of it)."""
+    keys = [b"k%05d" % i for i in range(2000)]
+    load = OpStream(np.full(len(keys), INSERT, np.int8), keys, np.zeros(len(keys), np.int32), keys)
+    run = OpStream(np.full(len(keys), READ, np.int8), keys, np.zeros(len(keys), np.int32), [None] * len(keys))
+    f = tmp_path / "b.ops"
+    write_stream_file(str(f), load, run)
+    rep_load, rep_run = run_driver(get_adapter("sindex"), str(f), "batch")
+    for rep in (rep_load, rep_run):
+        (h,) = rep.hist.values()
+        assert h.get_total_count() == len(keys) and h.get_min_value() == h.get_max_value()
+        assert h.get_max_value() >= 0.5 * (rep.runtime_ms - rep.finish_ms) * 1000 > 1

@@ -1,8 +1,7 @@
 """An algorithm's settings: names, types, defaults, allowed values, and MADlib's aliases."""
 from __future__ import annotations
 
-import math
-
+from learnedidx import checks
 from learnedidx.errors import DSLError, ParameterError
 
 SETTINGS = {"epochs": int, "learning_rate": float, "schedule": str, "batch_size": int, "merge": str,
@@ -23,23 +22,14 @@ ALIASES = {"max_iter": "epochs", "num_iterations": "epochs", "stepsize": "learni
 def checked(key: str, value, where: str = "", name: str | None = None, error: type = DSLError) -> object:
     """``value`` as setting ``key``'s type, checked against its allowed choices and bounds;
     errors name it ``name`` (the caller's word for it, a MADlib alias say) and are ``error``."""
-    name = name or key
+    name = f"{where}{name or key}"
     kind = SETTINGS[key]
-    try:
-        if isinstance(value, bool) or (kind is int and isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-        v = kind(value)
-    except (TypeError, ValueError, OverflowError):
-        raise error(f"{where}{name} must be {'an integer' if kind is int else 'a number' if kind is float else 'text'}"
-                    f", not {value!r}") from None
-    if key in CHOICES and v not in CHOICES[key]:
-        raise error(f"{where}{name} must be one of {', '.join(CHOICES[key])}, not {v!r}")
-    if key in BOUNDS:
-        low, inclusive = BOUNDS[key]
-        if not (math.isfinite(v) and (v >= low if inclusive else v > low)):
-            raise error(f"{where}{name} must be {'at least' if inclusive else 'greater than'} {low:g} and finite, "
-                        f"not {value!r}")
-    return v
+    low, inclusive = BOUNDS.get(key, (None, True))
+    if kind is int:
+        return checks.integer(name, value, low, error=error, whole_floats=True, parse=True)
+    if kind is float:
+        return checks.number(name, value, low, above=not inclusive, error=error, parse=True)
+    return checks.choice(name, checks.text(name, value, error=error), CHOICES[key], error=error)
 
 
 def settings_for(own: dict, params: dict) -> dict:

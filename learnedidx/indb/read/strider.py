@@ -1,6 +1,6 @@
 """Striders: decode heap pages, as the caller's backend streamed them, in Numba.
 
-The backend (``extension/learnedidx.c``) scans the relation with PostgreSQL's own heap scan in
+The backend (``extension/pages.c``) scans the relation with PostgreSQL's own heap scan in
 the caller's snapshot: PostgreSQL decides which tuples the snapshot sees, and the backend
 marks the line pointers of the others unused in its copy of each page.  So every ``LP_NORMAL``
 tuple of a page that arrives here is a row the caller's ``SELECT`` returns, and nothing here
@@ -33,7 +33,7 @@ ITEM_ID_SIZE = 4
 LP_NORMAL = 1
 # Heap tuple header fields (src/include/access/htup_details.h): byte offsets; the null
 # bitmap t_bits starts at SIZE_OF_HEAP_TUPLE_HEADER.
-T_XMAX, T_INFOMASK2, T_INFOMASK, T_HOFF = 4, 18, 20, 22
+T_INFOMASK2, T_INFOMASK, T_HOFF = 18, 20, 22
 SIZE_OF_HEAP_TUPLE_HEADER = 23
 HEAP_NATTS_MASK = 0x07FF
 HEAP_HASNULL = 0x0001

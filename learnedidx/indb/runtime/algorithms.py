@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 
-from learnedidx.errors import DSLError, InDBError, NotSupportedError, ParameterError, UnknownAlgorithmError
+from learnedidx.errors import BuiltinNameError, DSLError, InDBError, NotSupportedError, ParameterError, UnknownAlgorithmError
 from learnedidx.indb.dsl import Algorithm, compile_algorithm, settings_for
 from learnedidx.indb.runtime.builtins import ALGORITHMS, SOURCES
 from learnedidx.indb.runtime.data import with_intercept
@@ -34,7 +34,7 @@ def register_algorithm(name: str, source: str) -> Algorithm:
     if not name or not name.replace("_", "").isalnum():
         raise DSLError("algorithm names are letters, digits and underscores")
     if name in ALGORITHMS:
-        raise DSLError(f"{name} is a built-in algorithm")
+        raise BuiltinNameError(f"{name} is a built-in algorithm")
     with _LOCK:
         known = _REGISTRY.get(name)
     if known is not None and known.source == source:

@@ -3,6 +3,7 @@
 The SQL training functions pass MADlib's parameter names;
 :data:`learnedidx.indb.dsl.settings.ALIASES` maps them onto the settings below.
 """
+from learnedidx.indb.udf.catalog import BUILTINS
 
 LINREGR = '''
 epochs = 1                      # one pass: sum X^T X, X^T y, y and y^2, then solve
@@ -82,7 +83,8 @@ def loss(u, v, y):
     return e * e
 '''
 
-SOURCES = {"linregr": LINREGR, "logregr": LOGREGR, "svm": SVM, "lmf": LMF}
-
-#: The built-in algorithms' names (user algorithms may not take them).
-ALGORITHMS = tuple(SOURCES)
+#: The built-in algorithms' names (user algorithms may not take them): the one list, which the
+#: extension's SQL functions share.
+ALGORITHMS = BUILTINS
+#: Each one's DSL source (a name of the list without a source fails here, at import).
+SOURCES = {name: {"linregr": LINREGR, "logregr": LOGREGR, "svm": SVM, "lmf": LMF}[name] for name in ALGORITHMS}

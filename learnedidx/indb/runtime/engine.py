@@ -39,7 +39,6 @@ class TrainOutput:
     model: dict
     loss: float
     iterations: int
-    rows_used: int
     seconds: float
     modelled_seconds: float
     info: dict = field(default_factory=dict)  #: settings; for accumulating algorithms, the last sums
@@ -78,8 +77,7 @@ def run(alg: Algorithm, data, params: dict, *, threads: int = 2, seed: int = 0,
         raise
     except (ZeroDivisionError, OverflowError, IndexError) as exc:  # raised by the algorithm's compiled code
         raise runtime_error(exc, alg.name) from None
-    return TrainOutput(model, loss, epochs, n, time.perf_counter() - t0, modelled_seconds(alg.cost, n, d, epochs),
-                       info)
+    return TrainOutput(model, loss, epochs, time.perf_counter() - t0, modelled_seconds(alg.cost, n, d, epochs), info)
 
 
 def _loss(ex: ThreadPoolExecutor, kernel, parts: list[slice], data: tuple, model: tuple, stop: StopCheck,

@@ -1,6 +1,6 @@
 """Accelerator-server handlers for in-database training: ``indb.train``, ``indb.register``.
 
-The caller's backend (``extension/learnedidx.c``) sends the request and then streams its data
+The caller's backend (``extension/offload.c``) sends the request and then streams its data
 as the handler asks for passes (:class:`learnedidx.server.stream.CallStream`); the handler
 decodes them (:mod:`learnedidx.indb.read`) and trains (:mod:`learnedidx.indb.runtime`).  The
 server never connects to PostgreSQL: it knows no database identity, so nothing in a request
@@ -16,11 +16,13 @@ from collections import OrderedDict
 
 import numpy as np
 
-from learnedidx.errors import (BadRequestError, CancelledError, NotSupportedError, ParameterError, TooLargeError,
+from learnedidx import checks
+from learnedidx.errors import (BadRequestError, BuiltinNameError, CancelledError, NotSupportedError, ParameterError, TooLargeError,
                                TrainingDataError)
 from learnedidx.indb import runtime
 from learnedidx.indb.runtime import models, stats
 from learnedidx.indb.dsl import Algorithm, compile_algorithm
+from learnedidx.indb.udf import catalog
 from learnedidx.indb.read import memory, strider
 from learnedidx.indb.read.passes import StreamSource
 from learnedidx.server.registry import handler, on_start
@@ -51,10 +53,7 @@ def _dsl(name: str, source: str) -> Algorithm:
 def _threads(params: dict, limit: int) -> int:
     """The engine threads a call gets: what it asks for (default: the limit), at most the limit."""
     asked = params.pop("threads", None)
-    n = limit if asked is None else _integer(asked, "threads")
-    if n < 1:
-        raise ParameterError(f"threads must be a positive integer, not {asked!r}")
-    return min(n, limit)
+    return limit if asked is None else min(_integer(asked, "threads", 1), limit)
 
 
 def _factor_data(X: np.ndarray, y: np.ndarray, rank: int, threads: int, max_bytes: int) -> tuple[dict, dict]:
@@ -85,8 +84,8 @@ def indb_train(args, arrays, ctx):
     params = dict(args.get("params") or {})
     grouped = params.pop("grouped", False) is True
     if algorithm in runtime.ALGORITHMS:
-        if grouped and algorithm == "lmf":
-            raise NotSupportedError("lmf trains one model: grouping is not supported")
+        if grouped and algorithm not in catalog.GROUPABLE:
+            raise NotSupportedError(f"{algorithm} trains one model: grouping is not supported")
         runtime.check_params(algorithm, params)  # before reading any data
         trainee: str | Algorithm = algorithm
     else:
@@ -122,20 +121,19 @@ def indb_train(args, arrays, ctx):
     }, {}
 
 
-def _integer(value, name: str) -> int:
-    try:
-        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-            raise ValueError
-        return int(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ParameterError(f"{name} must be an integer, not {value!r}") from None
+def _integer(value, name: str, lo: int | None = None) -> int:
+    """A training parameter that is an integer (JSON may write it 2.0, or as text)."""
+    return checks.integer(name, value, lo, error=ParameterError, whole_floats=True, parse=True)
 
 
 @handler("indb.register")
 def indb_register(args, arrays, ctx):
     """Compile and validate a DSL algorithm (training compiles it again from the source the
     caller's database holds, cached by the source's hash)."""
-    alg = _dsl(str(args["name"]), args["source"])
+    name = str(args["name"])
+    if name in runtime.ALGORITHMS:
+        raise BuiltinNameError(f"{name} is a built-in algorithm")
+    alg = _dsl(name, args["source"])
     return {"name": alg.name, "ops_per_tuple": alg.ops_per_tuple}, {}
 
 

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from learnedidx import checks
 from learnedidx.errors import BadRequestError, CacheMiss, TooLargeError
 from learnedidx.index.kernels import build_features
 from learnedidx.index.training import KeysJob
@@ -72,10 +73,7 @@ def train_incremental(args, arrays, ctx):
 
 
 def _int(job: dict, name: str, lo: int, hi: int) -> int:
-    v = job.get(name)
-    if type(v) is not int or not lo <= v <= hi:
-        raise BadRequestError(f"job field {name!r} must be an integer in {lo}..{hi}, not {v!r}")
-    return v
+    return checks.integer(f"job field {name!r}", job.get(name), lo, hi, error=BadRequestError)
 
 
 def _key_jobs(args: dict, arrays: dict, max_features: int, max_bytes: int) -> list[tuple[int, int, int, int, int, bool]]:

@@ -1,0 +1,140 @@
+/*
+ * learnedidx.h: what the C files of the learnedidx extension share.
+ *
+ * Everything runs in the caller's backend, in the caller's statement, as the caller.  One file
+ * per concern, as contrib modules are laid out:
+ *
+ *   learnedidx.c       the module: _PG_init, learnedidx.socket (PGC_SUSET: only superusers say
+ *                      where the server is) and its default, the server's path rule
+ *   conn.c             the accelerator server's socket: connecting (the server must run as the
+ *                      backend's OS user and greet first), frames
+ *   ring.c             the ring, the server's shared memory the data travel through
+ *   pages.c            the page path: heap pages of a relation and its inheritors, PostgreSQL
+ *                      having decided which tuples the caller's snapshot sees
+ *   rows.c             the query path: an SPI query's rows (read-only, the caller's snapshot and
+ *                      search_path), sent as float8
+ *   offload.c          learnedidx._offload: sends a request and streams the caller's data as the
+ *                      server asks for passes, then returns the server's reply (JSON text).  The
+ *                      server never connects to PostgreSQL.
+ *   predict.c          predict, predict_proba: feature vectors scored against a model table,
+ *                      read once per query (a model trained with grouping_cols: the group's row,
+ *                      picked by the group's values); reading a model runs no code of its owner's
+ *   madlib_predict.c   linregr_predict, logregr_predict, logregr_predict_prob: MADlib's, over
+ *                      coefficients
+ *
+ * Functions shared between the files carry the prefix lx_: PostgreSQL loads modules with
+ * RTLD_GLOBAL, so an unprefixed name another module exports first could take their calls.
+ *
+ * The wire format is docs/protocol.md's (frames of learnedidx.server.protocol; the stream frames
+ * of an indb.train call); tests/indb/test_extension_sql.py checks the constants below against
+ * the Python originals.
+ */
+#ifndef LEARNEDIDX_H
+#define LEARNEDIDX_H
+
+#include <math.h>
+
+#include "fmgr.h"
+#include "nodes/pg_list.h"
+#include "utils/array.h"
+
+/* learnedidx.server.protocol: frame header ">2sBBI" (magic, version, flags, payload length). */
+#define LX_MAGIC "LX"
+#define LX_VERSION 2
+#define LX_HEADER 8
+#define LX_JSON 0				/* flags: a JSON object */
+#define LX_DATA 1				/* flags: a binary data frame of the stream */
+#define LX_CONTROL 2			/* flags: a binary control frame of the stream */
+#define LX_MAX_REPLY (64 << 20) /* protocol.DEFAULT_MAX_MESSAGE */
+#define HELLO_TIMEOUT_MS 5000
+
+/* Control frame payloads (learnedidx.server.stream):
+ *   'S', reader (READ_AS_CHOSEN | READ_QUERY), 2 bytes padding, pass u32, then why (text):
+ *        stream pass `pass` over the data;
+ *   'M', 3 bytes padding, slots u32, slot bytes u32, with a file descriptor (SCM_RIGHTS): the
+ *        ring, a memfd the server sealed against shrinking, which the data travel through;
+ *   'F', 3 bytes padding, slot u32: the server is done with that slot of the ring.
+ * The data frame of a filled slot: 'K', kind (SLOT_PAGES | SLOT_ROWS), 2 bytes padding, slot
+ * u32, count u32 (pages or rows), extra u32 (visible tuples, or float8 per row), then for pages
+ * the block numbers (u32 each). */
+#define READ_AS_CHOSEN 0
+#define READ_QUERY 1
+#define SLOT_PAGES 'P'
+#define SLOT_ROWS 'R'
+#define SLOT_HEADER 16
+#define RING_MAX_SLOTS 64
+#define RING_MAX_SLOT_BYTES (16 << 20)
+
+/* The ring: the server's shared memory the data travel through, mapped here (no copy of the
+ * data crosses the socket).  The backend fills a free slot and names it in a 'K' frame; the
+ * server decodes it and frees it with an 'F' frame. */
+typedef struct Ring
+{
+	char	   *base;			/* mapped; NULL until the server sends it */
+	size_t		size;
+	uint32		nslots;
+	uint32		slot_bytes;
+	bool		busy[RING_MAX_SLOTS];	/* filled and not yet freed by the server */
+} Ring;
+
+typedef struct Conn
+{
+	pgsocket	fd;
+	const char *path;
+	int			passed_fd;		/* a descriptor the server sent (SCM_RIGHTS), -1 when none */
+	Ring		ring;
+	char	   *reply;			/* the server's reply, when it ended the call while we stream */
+} Conn;
+
+/* The relations the page path reads and their wanted columns (pages.c). */
+typedef struct PageSource
+{
+	Oid			relid;			/* the relation named */
+	List	   *rels;			/* it and its inheritors that have storage (Oids) */
+	int			ncols;
+	char	  **names;			/* wanted columns: label first */
+	Oid		   *types;			/* base type of each */
+} PageSource;
+
+/* learnedidx.c */
+extern const char *lx_socket_path(void);
+
+/* conn.c */
+extern void lx_conn_open(Conn *c);
+extern void lx_conn_fail(Conn *c, const char *what);
+extern void lx_proto_fail(Conn *c, const char *what);
+extern bool lx_conn_wait(Conn *c, int event, long timeout_ms);
+extern void lx_conn_write(Conn *c, const char *buf, size_t len);
+extern void lx_put_u32be(char *p, uint32 v);
+extern uint32 lx_get_u32be(const char *p);
+extern void lx_frame_header(char *h, int flags, uint32 len);
+extern void lx_send_json(Conn *c, const char *json);
+extern char *lx_read_frame(Conn *c, int *flags, uint32 *len, long timeout_ms);
+
+/* ring.c */
+extern void lx_ring_map(Conn *c, const char *frame, uint32 len);
+extern void lx_ring_free(Conn *c, const char *frame);
+extern int	lx_ring_acquire(Conn *c);
+extern bool lx_ring_submit(Conn *c, int slot, char kind, uint32 count, uint32 extra, const uint32 *blocks);
+
+static inline char *
+lx_ring_slot(Conn *c, int slot)
+{
+	return c->ring.base + (size_t) slot * c->ring.slot_bytes;
+}
+
+/* pages.c */
+extern const char *lx_page_source(Oid relid, ArrayType *columns, PageSource *ps);
+extern char *lx_stream_pages(Conn *c, PageSource *ps, int pass);
+
+/* rows.c */
+extern char *lx_stream_query(Conn *c, const char *query, const char *search_path, int pass, const char *why);
+
+/* P(y = 1) of score s, without overflow for any s (predict.c, madlib_predict.c). */
+static inline double
+lx_sigmoid(double s)
+{
+	return s >= 0 ? 1.0 / (1.0 + exp(-s)) : exp(s) / (1.0 + exp(s));
+}
+
+#endif							/* LEARNEDIDX_H */

@@ -1,0 +1,27 @@
+"""The Python bodies of the extension's PL/Python functions, as MADlib lays them out: thin SQL
+wrappers in ``extension/learnedidx--0.1.sql`` over modules of one concern each, tested here
+directly (tests/indb/test_udf.py) and through SQL.
+
+* :mod:`.catalog`: what the SQL functions and the server agree on: the built-in algorithms
+  and their output tables' columns;
+* :mod:`.args`: the training functions' arguments, checked (docs/indb.md says which checks
+  are this layer's and which the server's);
+* :mod:`.selectlist`: SQL select lists split into items, identifiers;
+* :mod:`.madlib_params`: MADlib's ``name=value, ...`` parameter strings;
+* :mod:`.outputs`: an output table's rows and its summary table, from the server's reply;
+* :mod:`.session`: the PL/Python session: prepared statements, errors raised as PostgreSQL's;
+* :mod:`.train`: the training driver, ``learnedidx._train_impl``.
+
+These modules run inside the database server, in the PL/Python interpreter of a backend:
+they import the standard library, :mod:`learnedidx.errors`, :mod:`learnedidx.checks` and each
+other only (tests/indb/test_layers.py checks it), and take ``plpy`` as an argument.
+``learnedidx pg install`` installs them, with those two modules, beside the extension
+(``SHAREDIR/learnedidx/python``), whatever Python environment the package itself lives in; a
+PL/Python function finds them there through ``learnedidx._python_path()`` (its prologue, the
+same in every function of the script; docs/indb.md, "How the PL/Python functions find their
+modules").
+
+To add a function: its module function here (arguments first checked by :mod:`.args`), a
+test of it in tests/indb/test_udf.py, and in the SQL script a ``plpython3u`` function whose
+body is the prologue and one call.
+"""

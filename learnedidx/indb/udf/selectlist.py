@@ -1,0 +1,54 @@
+"""SQL select lists, as the training functions take them: items split at top-level commas,
+identifiers, MADlib's ``ARRAY[1, x1, x2]`` form of the independent variables."""
+from __future__ import annotations
+
+import re
+
+from learnedidx.errors import SQLSyntaxError
+
+_IDENT = re.compile(r'\s*(?:([A-Za-z_][A-Za-z0-9_$]*)|"((?:[^"]|"")+)")\s*$')
+_ARRAY = re.compile(r"(?is)\s*array\s*\[(.*)\]\s*$")
+
+
+def split_top(text: str) -> list[str]:
+    """The comma-separated items of a select list, commas inside (), [] or quotes aside."""
+    items: list[str] = []
+    cur: list[str] = []
+    depth, quote = 0, None
+    for ch in text:
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            items.append("".join(cur).strip())
+            cur = []
+            continue
+        cur.append(ch)
+    return items + ["".join(cur).strip()]
+
+
+def ident(item: str) -> str | None:
+    """The name an identifier item means (folded to lower case unless quoted), or None when
+    the item is not one identifier."""
+    m = _IDENT.match(item)
+    if m is None:
+        return None
+    return m.group(1).lower() if m.group(1) else m.group(2).replace('""', '"')
+
+
+def feature_items(indep: str) -> tuple[list[str], bool | None]:
+    """The items of ``indep`` and the intercept it states: MADlib's ``'ARRAY[1, x1, x2]'``
+    states one (true with a 1 among the items, which is left out, false without); any other
+    form states none (None)."""
+    array_form = _ARRAY.match(indep)
+    items = split_top(array_form.group(1) if array_form else indep)
+    if "" in items:
+        raise SQLSyntaxError(f"indep lists an empty item: {indep!r}")
+    if not array_form:
+        return items, None
+    return (items[1:] if items and items[0] == "1" else items), "1" in items

@@ -1,0 +1,281 @@
+"""The PL/Python functions' modules (learnedidx/indb/udf), tested directly, and the thin SQL
+wrappers over them: every plpython3u function of the script is the one prologue and a call, the
+modules import nothing the database server's Python may lack, and an output column the
+server's reply has no value for is an error, not a silent NULL."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import learnedidx
+from learnedidx import errors
+from learnedidx.indb import install
+from learnedidx.indb.udf import args, catalog, madlib_params, outputs, selectlist
+
+ROOT = Path(learnedidx.__file__).resolve().parent
+SCRIPT = ROOT.parent / "extension" / "learnedidx--0.1.sql"
+PROLOGUE = '''import sys
+if "learnedidx.indb.udf" not in sys.modules:  # the modules installed with the extension (docs/indb.md)
+    sys.path.insert(0, plpy.execute("SELECT learnedidx._python_path() AS p")[0]["p"])
+'''
+
+
+# ------------------------------------------------------------------ select lists
+def test_select_lists_split_at_top_level_commas_only():
+    assert selectlist.split_top("a, f(b, c), x[1,2], 'd,e', \"q,r\" ,  ") == \
+        ["a", "f(b, c)", "x[1,2]", "'d,e'", '"q,r"', ""]
+    assert selectlist.split_top("") == [""]
+
+
+def test_identifiers_fold_unless_quoted():
+    assert selectlist.ident(" ZipCode ") == "zipcode"
+    assert selectlist.ident('"Zip ""Code"""') == 'Zip "Code"'
+    assert [selectlist.ident(s) for s in ("zip code", "a.b", "f(x)", "1x", "")] == [None] * 5
+
+
+def test_madlibs_array_form_states_the_intercept():
+    assert selectlist.feature_items("ARRAY[1, x1, x2]") == (["x1", "x2"], True)
+    assert selectlist.feature_items("array [x1, 1]") == (["x1", "1"], True)  # MADlib: a 1 among the items
+    assert selectlist.feature_items("ARRAY[x1, x2]") == (["x1", "x2"], False)
+    assert selectlist.feature_items("x1, f(x2, 3)") == (["x1", "f(x2, 3)"], None)
+    with pytest.raises(errors.SQLSyntaxError, match="indep lists an empty item") as e:
+        selectlist.feature_items("x1,")
+    assert e.value.sqlstate == "42601"
+
+
+# ------------------------------------------------------------------ MADlib's parameter strings
+def test_keyvalues_are_madlibs_name_value_pairs():
+    assert madlib_params.keyvalues(" Max_Iter = 5, lambda='0.1',", "params") == {"max_iter": "5", "lambda": "0.1"}
+    assert madlib_params.keyvalues(None, "params") == {}
+    for bad in ("lambda", "=3"):
+        with pytest.raises(errors.ParameterError, match="params must be name=value pairs"):
+            madlib_params.keyvalues(bad, "params")
+
+
+def test_svm_classification_takes_madlibs_defaults_and_names():
+    opts, summary = madlib_params.svm_classification(None, None, None)
+    assert opts == {"stepsize": 0.01, "max_iter": 100, "lambda": 0.01, "tolerance": 1e-10, "intercept": False,
+                    "lambda_per": "model"}
+    assert summary == {"kernel_func": "linear", "kernel_params": "fit_intercept=false",
+                       "optim_params": "init_stepsize=0.01, max_iter=100, tolerance=1e-10",
+                       "reg_params": "lambda=0.01, norm=L2, n_folds=0"}
+    opts, summary = madlib_params.svm_classification("Linear", "fit_intercept=TRUE",
+                                                     "init_stepsize=1, max_iter=7, norm=l2, n_folds=0")
+    assert opts["stepsize"] == 1.0 and opts["max_iter"] == 7 and opts["intercept"] is True
+    assert summary["optim_params"] == "init_stepsize=1.0, max_iter=7, tolerance=1e-10"
+
+
+@pytest.mark.parametrize("kernel,kparams,params,error,match,hint", [
+    ("gaussian", None, None, errors.NotSupportedError, "kernel_func 'gaussian' is not supported", None),
+    (None, "gamma=1", None, errors.ParameterError, r"fit_intercept=true\|false only", None),
+    (None, None, "decay_factor=0.9", errors.NotSupportedError, "decay_factor is not supported", madlib_params.SVM_HINT),
+    (None, None, "n_folds=3", errors.NotSupportedError, "n_folds is not supported", madlib_params.SVM_HINT),
+    (None, None, "norm=L1", errors.NotSupportedError, "norm 'L1' is not supported", None),
+    (None, None, "stepsize=1", errors.ParameterError, "unknown svm_classification parameter stepsize", None),
+    (None, None, "max_iter=1.5", errors.ParameterError, "max_iter must be an integer", None),
+    (None, None, "lambda=inf", errors.ParameterError, "lambda must be finite", None),
+])
+def test_svm_classification_refuses_what_it_does_not_do(kernel, kparams, params, error, match, hint):
+    with pytest.raises(error, match=match) as e:
+        madlib_params.svm_classification(kernel, kparams, params)
+    assert e.value.hint == hint
+
+
+# ------------------------------------------------------------------ arguments
+def test_arguments_are_checked_with_their_sqlstates():
+    with pytest.raises(errors.ParameterError, match="^dep must not be empty$"):
+        args.required(source="t", dep="  ")
+    assert args.params_object(None) == {} and args.params_object('{"a": 1}') == {"a": 1}
+    with pytest.raises(errors.ParameterError, match=r"^params must be a JSON object, not \[1\]$"):
+        args.params_object("[1]")
+    assert [args.reader(r) for r in (None, "", "strider", "copy", "pages")] == ["auto", "auto", "pages", "query",
+                                                                               "pages"]
+    with pytest.raises(errors.ParameterError) as e:
+        args.reader("sideways")
+    assert str(e.value) == "reader (learnedidx.reader) must be auto, pages or query, not 'sideways'"
+    assert args.threads(None) is None and args.threads("4") == 4 and args.threads(2) == 2
+    for bad in ("0", 0, True, 2.0, "", "two"):
+        with pytest.raises(errors.ParameterError, match=r"threads \(learnedidx.threads\) must be"):
+            args.threads(bad)
+    with pytest.raises(errors.NotSupportedError, match="supported by linregr, logregr and svm, not lmf"):
+        args.unsupported("lmf", {"grouping_cols": "g"})
+    opts = {"heteroskedasticity_option": True}
+    with pytest.raises(errors.NotSupportedError, match="heteroskedasticity_option"):
+        args.unsupported("linregr", opts)
+
+
+@pytest.mark.parametrize("grouping,error,state", [
+    ("zip code", errors.NotSupportedError, "0A000"), ("zip,", errors.SQLSyntaxError, "42601"),
+    ("coef", errors.DuplicateColumnError, "42701"), ("nope", errors.UndefinedColumnError, "42703"),
+])
+def test_grouping_columns_name_columns_of_the_source(grouping, error, state):
+    assert args.grouping_columns('Zip, "Beds"', "houses", {"zip", "Beds"}, ["coef"]) == ["zip", "Beds"]
+    assert args.grouping_columns("anything", "(SELECT ...)", None, ["coef"]) == ["anything"]  # a query source
+    with pytest.raises(error) as e:
+        args.grouping_columns(grouping, "houses", {"zip"}, ["coef"])
+    assert e.value.sqlstate == state
+
+
+# ------------------------------------------------------------------ output tables
+def _group(model=None, stats=None, **kw):
+    return {"group": None, "model": model, "stats": stats or {}, "num_rows_processed": 8, "rows": 10,
+            "loss": 0.5, "num_iterations": 3, "train_seconds": 0.1, "accel_seconds": None, **kw}
+
+
+LINREGR_STATS = {"r2": 0.9, "std_err": [1.0, 2.0], "t_stats": [3.0, 4.0], "p_values": [0.1, 0.2],
+                 "condition_no": 7.0, "variance_covariance": [[1.0, 0.0], [0.0, 1.0]]}
+
+
+def test_every_column_is_filled_by_name_from_the_reply():
+    g = _group({"coef": [1.5, -2.0]}, LINREGR_STATS)
+    cols = outputs.model_columns("linregr", [g])
+    assert [c for c, _ in cols] == [c for c, _ in catalog.COLUMNS["linregr"]] + ["train_seconds", "accel_seconds"]
+    assert outputs.rows([g], cols, "linregr") == [[
+        "{1.5,-2.0}", "0.9", "{1.0,2.0}", "{3.0,4.0}", "{0.1,0.2}", "7.0", "8", "2", "{{1.0,0.0},{0.0,1.0}}",
+        "0.1", None]]
+
+
+@pytest.mark.parametrize("missing", sorted(LINREGR_STATS))
+def test_a_statistic_the_reply_lacks_is_an_error_not_a_null(missing):
+    g = _group({"coef": [1.0]}, {k: v for k, v in LINREGR_STATS.items() if k != missing})
+    with pytest.raises(errors.ProtocolError, match=f"no statistic {missing}"):
+        outputs.rows([g], outputs.model_columns("linregr", [g]), "linregr")
+
+
+def test_a_model_array_the_reply_lacks_is_an_error():
+    g = _group({"coef": [1.0, 2.0]}, {"loss": 0.1, "norm_of_gradient": 0.2})  # svm without its labels
+    with pytest.raises(errors.ProtocolError, match="has no labels for column dep_var_mapping"):
+        outputs.rows([g], outputs.model_columns("svm", [g]), "svm")
+
+
+def test_a_group_that_trained_nothing_has_nulls_and_its_counts():
+    g = {"group": 2, "model": None, "stats": {}, "num_rows_processed": 0, "rows": 4}
+    cols = outputs.model_columns("logregr", [g])
+    values = dict(zip([c for c, _ in cols], outputs.rows([g], cols, "logregr")[0]))
+    assert values.pop("num_rows_processed") == "0" and values.pop("num_missing_rows_skipped") == "4"
+    assert set(values.values()) == {None}
+    assert outputs.failed(g) and outputs.failed(_group({"coef": [float("nan")]}))
+    assert not outputs.failed(_group({"coef": [1.0]}))
+
+
+def test_a_user_algorithm_that_maps_labels_gets_madlibs_dep_var_mapping():
+    g = _group({"coef": [1.0], "labels": [-1.0, 1.0]}, {})
+    cols = outputs.model_columns("my_svm", [g])
+    assert ("dep_var_mapping", catalog.F8A) in cols
+    assert dict(zip([c for c, _ in cols], outputs.rows([g], cols, "my_svm")[0]))["dep_var_mapping"] == "{-1.0,1.0}"
+
+
+def test_literals_and_feature_expressions():
+    assert outputs.lit(None) is None and outputs.lit(2) == "2" and outputs.lit([[1.0], [2.5]]) == "{{1.0},{2.5}}"
+    assert outputs.text_array(['a"b', "c\\d", "e"]) == '{"a\\"b","c\\\\d","e"}'
+    assert outputs.feature_expression("features", "array", False) == "(features)::pg_catalog.float8[]"
+    assert outputs.feature_expression("x1, f(x2, 3)", "scalars", False) == (
+        "(ARRAY[]::pg_catalog.float8[] OPERATOR(pg_catalog.||) (x1) OPERATOR(pg_catalog.||) (f(x2, 3)))"
+        "::pg_catalog.float8[]")
+
+
+def test_summary_columns_are_madlibs_then_ours():
+    reply = {"intercept": True, "num_features": 2, "features_form": "scalars", "path": "query", "timings": {}}
+    results = [_group({"coef": [1.0]}), _group(None, rows=5, num_rows_processed=0)]
+    common = dict(method="logregr", source="t", out="public.m", dep="y", indep="x1, x2", reply=reply,
+                  results=results, grouping="g", groups_named=["g"], svm=None)
+    logregr = outputs.summary_columns(algorithm="logregr", opts={"max_iter": 5, "grouped": True}, **common)
+    named = {c: v for c, _, v in logregr}
+    assert [c for c, _, _ in logregr][:8] == ["method", "source_table", "out_table", "dependent_varname",
+                                              "independent_varname", "optimizer_params", "num_all_groups",
+                                              "num_failed_groups"]
+    assert named["optimizer_params"] == "optimizer=irls, max_iter=5, tolerance=0.0001"
+    assert (named["num_all_groups"], named["num_failed_groups"]) == (2, 1)
+    assert (named["num_rows_processed"], named["num_missing_rows_skipped"]) == (8, 7)
+    assert named["params"] == '{"max_iter": 5}' and named["grouping_columns"] == '{"g"}'
+    svm = outputs.summary_columns(algorithm="svm", opts={}, **{**common, "method": "svm",
+                                  "svm": outputs.svm_summary("0.1", True, {})})
+    named = {c: v for c, _, v in svm}
+    assert named["method"] == "SVC" and named["version_number"] == "0.1"
+    assert named["kernel_params"] == "fit_intercept=true"
+    assert named["optim_params"] == "init_stepsize=0.1, max_iter=30, tolerance=0.0"
+
+
+# ------------------------------------------------------------------ one list, shared with the server
+def test_the_server_trains_the_catalogs_builtins_and_groups_what_it_says():
+    from learnedidx.indb import runtime
+    from learnedidx.indb.runtime.builtins import SOURCES
+
+    assert runtime.ALGORITHMS is catalog.BUILTINS and set(SOURCES) == set(catalog.BUILTINS)
+    assert set(catalog.GROUPABLE) < set(catalog.BUILTINS) and set(catalog.COLUMNS) == {*catalog.BUILTINS, None}
+
+
+# ------------------------------------------------------------------ the SQL wrappers
+def _plpython_bodies(script: str) -> dict[str, str]:
+    """The body of each plpython3u function of the script, by name."""
+    bodies = {}
+    for chunk in script.split("CREATE FUNCTION ")[1:]:
+        head = chunk.split("$", 1)[0]
+        if "plpython3u" in head:
+            bodies[head.split("(", 1)[0]] = chunk.split("$py$\n", 1)[1].split("$py$", 1)[0]
+    return bodies
+
+
+def test_every_plpython_function_is_the_prologue_and_one_call():
+    script = SCRIPT.read_text()
+    bodies = _plpython_bodies(script)
+    assert "learnedidx._train_impl" in bodies
+    assert script.count("LANGUAGE plpython3u") == len(bodies)
+    for name, body in bodies.items():
+        assert body.startswith(PROLOGUE), name
+        rest = body[len(PROLOGUE):].splitlines()
+        assert len(rest) == 2 and rest[0].startswith("from learnedidx.indb.udf import ") and \
+            rest[1].startswith("return "), (name, rest)
+
+
+def test_the_modules_import_nothing_the_servers_python_may_lack(tmp_path):
+    """Only the standard library, learnedidx.errors and learnedidx.checks: the installed copy
+    imports with no site-packages at all (``python -S``), numpy never loaded."""
+    allowed = {"learnedidx.errors", "learnedidx.checks"}
+    stdlib = sys.stdlib_module_names
+    for path in [ROOT / "errors.py", ROOT / "checks.py", *(ROOT / "indb" / "udf").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            for n in names:
+                assert n.split(".")[0] in stdlib or n in allowed or n.startswith("learnedidx.indb.udf.") or \
+                    n.rpartition(".")[0] in allowed, (path, n)
+    install._copy_python(tmp_path)
+    modules = [f"learnedidx.indb.udf.{p.stem}" for p in (ROOT / "indb" / "udf").glob("*.py") if p.stem != "__init__"]
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); " + "; ".join(f"import {m}" for m in modules) +
+            "; assert 'numpy' not in sys.modules; print(sys.modules['learnedidx'].__file__)")
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(tmp_path / "learnedidx" / "__init__.py")
+
+
+@pytest.mark.postgres
+def test_a_server_reply_without_a_statistic_fails_the_training_and_leaves_no_table(db, tmp_path, monkeypatch):
+    """A server whose linregr statistics lack r2 (an in-process one, its statistics cut): the
+    training fails with 08P01 naming r2, instead of writing r2 NULL."""
+    from learnedidx.indb.runtime import stats
+    from learnedidx.server.server import Server, ServerConfig
+
+    linregr = stats.linregr
+    monkeypatch.setattr(stats, "linregr", lambda *a: {k: v for k, v in linregr(*a).items() if k != "r2"})
+    srv = Server(ServerConfig(socket_path=str(tmp_path / "cut.sock")))
+    srv.bind()
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    try:
+        db.execute("SELECT set_config('learnedidx.socket', %s, false)", (srv.config.socket_path,))
+        db.execute("CREATE TABLE cut AS SELECT i::float8 AS y, i % 7 AS x FROM generate_series(1, 50) i")
+        with pytest.raises(psycopg.errors.ProtocolViolation) as e:
+            db.execute("SELECT * FROM learnedidx.linregr_train('cut', 'cut_model', 'y', 'x')")
+        assert e.value.diag.message_primary == \
+            "the server's linregr reply has no statistic r2 for the output table's column"
+        assert db.execute("SELECT to_regclass('cut_model'), to_regclass('cut_model_summary')").fetchone() == \
+            (None, None)
+    finally:
+        srv.stop()
+        t.join(timeout=30)
