@@ -420,6 +420,18 @@ load_model(Oid relid, MemoryContext mcxt)
 		strcmp(method, "svm") == 0 || strcmp(method, "SVC") == 0 ? MODEL_SVM :
 		strcmp(method, "lmf") == 0 ? MODEL_LMF : MODEL_SCORE;
 	MemoryContextSwitchTo(old);
+	/* A model of MADlib's svm with a kernel scores the row's random features: svm_predict's. */
+	if (get_attnum(summary_relid, "kernel_func") != InvalidAttrNumber)
+	{
+		Oid			want[1] = {TEXTOID};
+
+		d = model_value(psprintf("SELECT s.kernel_func FROM ONLY %s AS s", summary), name, want, 1, &isnull);
+		if (!isnull && strcmp(TextDatumGetCString(d), "linear") != 0)
+			ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							errmsg("model %s maps its features with the %s kernel: predict scores linear models",
+								   name, TextDatumGetCString(d)),
+							errhint("Score it with learnedidx.svm_predict.")));
+	}
 	if (keycols != NULL && ArrayGetNItems(ARR_NDIM(keycols), ARR_DIMS(keycols)) > 0)
 	{
 		if (m->kind == MODEL_LMF)
