@@ -181,6 +181,7 @@ def train(db: Session, spec: dict, source: str | None, model_table: str | None, 
         for row in mapping.random_rows:
             db.plpy.execute(insert, list(row))
     feats = _features(arr, kernel, kp)
+    streamed = arr if kernel == "linear" else feats  # (the server adds the linear kernel's intercept)
     transformed = kernel != "linear" or kp["fit_intercept"]  # MADlib's source without rows of NULL features
 
     # The labels: their type, and (when the query maps them, or class weights name them) their values.
@@ -225,10 +226,10 @@ def train(db: Session, spec: dict, source: str | None, model_table: str | None, 
         # numbered as the keys below are ordered; streamed in the source's order (row_number)
         query = ("SELECT q.d, q.f%s, (pg_catalog.dense_rank() OVER (ORDER BY %s))::pg_catalog.float8 FROM "
                  "(SELECT %s AS d, %s AS f%s, %s, pg_catalog.row_number() OVER () AS rn FROM %s AS src%s) AS q "
-                 "ORDER BY q.rn" % (", q.e" if eps_sql else "", order, dep_sql, feats,
+                 "ORDER BY q.rn" % (", q.e" if eps_sql else "", order, dep_sql, streamed,
                                     ", %s AS e" % eps_sql if eps_sql else "", g, from_sql, kfrom))
     else:
-        query = "SELECT %s, %s FROM %s AS src%s" % (dep_sql, feats, from_sql, kfrom)
+        query = "SELECT %s, %s FROM %s AS src%s" % (dep_sql, streamed, from_sql, kfrom)
     igd = {**{k: p[k] for k in svm_params.LISTS}, "tolerance": p["tolerance"], "norm": p["norm"],
            "n_folds": p["n_folds"], "svc": svc, "one_class": one_class,
            "intercept": kernel == "linear" and kp["fit_intercept"],
@@ -318,7 +319,7 @@ def _epsilon(db: Session, p: dict, groups: list[str], svc: bool, caller_path: st
         return None
     eps = db.one("source", p["eps_table"], caller_path)
     match = " AND ".join("e.%s = src.%s" % (db.quote_ident(g), db.quote_ident(g)) for g in groups)
-    return "pg_catalog.coalesce((SELECT e.epsilon FROM %s AS e WHERE %s LIMIT 1), %r)::pg_catalog.float8" % (
+    return "COALESCE((SELECT e.epsilon FROM %s AS e WHERE %s LIMIT 1), %r::pg_catalog.float8)" % (
         eps["from_sql"], match, p["epsilon"][0])
 
 
