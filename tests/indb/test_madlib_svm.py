@@ -17,7 +17,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from tests.indb.conftest import connect
+from tests.indb.conftest import connect, make_role
 from tests.indb.madlib_svm_data import ABALONE, EXPECTED, KERNEL, UNBALANCED
 
 pytestmark = pytest.mark.postgres
@@ -494,3 +494,121 @@ def test_same_models_as_madlib(madlib_db, postgresql_proc):
         if _differences(*figures):
             wrong[name] = _differences(*figures)
     assert wrong == {}
+
+
+# ------------------------------------------------------------------ beyond MADlib's tests
+def test_cross_validation_orders_rows_by_postgres_random(madlib_db):
+    """MADlib's folds follow PostgreSQL's random() after setseed(0.5); the server draws the same
+    numbers without touching the caller's session."""
+    from learnedidx.indb.runtime.svm_igd import folds, pg_random
+    with connect(madlib_db) as c:
+        c.execute("SELECT setseed(0.5)")
+        drawn = [r[0] for r in c.execute("SELECT random() FROM generate_series(1, 2000)")]
+    assert pg_random(2000).tolist() == drawn
+    # MADlib's folds of 10 rows in 3: [1, 5), [5, 8), [8, 11)
+    assert folds(10, 3) == [(1, 5), (5, 8), (8, 11)]
+
+
+@pytest.mark.parametrize("call,sqlstate,match", [
+    ("svm_classification('svm_train_data', 'e', 'label', 'ind', NULL, NULL, NULL, 'lambda=[0.1, 1]')", "22023",
+     "cross validation needs n_folds"),
+    ("svm_classification('svm_train_data', 'e', 'label', 'ind', NULL, NULL, NULL, 'steps=3')", "22023",
+     "steps is not a parameter"),
+    ("svm_classification('svm_train_data', 'e', 'label', 'ind', 'rbf')", "22023", "invalid kernel function"),
+    ("svm_classification('svm_unbalanced', 'e', 'y', 'ARRAY[x1, x2]', NULL, NULL, NULL, 'class_weight={2:5}')",
+     "22023", "names '2', which is not a label"),
+    ("svm_classification('abalone_train_small', 'e', 'sex', 'ARRAY[length]')", "22023", "exactly two label values"),
+    ("svm_classification('svm_normalized_fancy_label', 'e', 'label', 'ind', NULL, NULL, 'gid', "
+     "'lambda=[0.1, 1], n_folds=3')", "0A000", "with grouping is not supported"),
+    ("svm_one_class('svm_normalized_fancy_label', 'e', 'ind', NULL, NULL, 'gid')", "0A000", "grouping_col is not"),
+    ("svm_classification('svm_train_data', 'svm_train_data', 'label', 'ind')", "42P07", "already exists"),
+    ("svm_classification('svm_train_data', 'e', 'label', 'ind', NULL, NULL, NULL, "
+     "'lambda=[0.1, 1], n_folds=2, validation_result=svm_unbalanced')", "42P07", "svm_unbalanced already exists"),
+    ("svm_classification('svm_train_data', 'e', 'label', 'ind', NULL, NULL, 'coef')", "42701", "grouping column coef"),
+    ("svm_classification('svm_train_data', 'e', 'label', 'ind', NULL, NULL, 'nope')", "42703", "nope"),
+    ("svm_regression('svm_train_data', 'e', NULL, 'ind')", "22023", "dependent_varname must not be empty"),
+    ("svm_predict('no_such_model', 'svm_test_data', 'id', 'e')", "42P01", "does not exist"),
+    ("svm_predict('svm_train_data', 'svm_test_data', 'id', 'e')", "42809", "is not an svm model"),
+])
+def test_svm_user_errors_have_their_sqlstate(madlib_db, call, sqlstate, match):
+    with connect(madlib_db) as c:
+        c.execute("SET search_path = svm_data, learnedidx")
+        with pytest.raises(psycopg.Error, match=match) as e:
+            c.execute("SELECT " + call)
+        assert e.value.sqlstate == sqlstate
+
+
+def test_svm_predict_scores_as_the_model_says(madlib_db):
+    """svm_predict's decision_function is coef . the model's features: the features themselves
+    (and the intercept's 1, last), or the kernel's random features computed from its _random
+    table (numpy here, the C function there); learnedidx.predict scores the linear models and
+    refuses the others."""
+    c = madlib_db
+    c.execute("CREATE SCHEMA svm_scores")
+    c.execute("SET search_path = svm_scores, svm_data, learnedidx")
+    X = np.array([r[0] for r in c.execute("SELECT ind FROM svm_test_data ORDER BY id")])
+    c.execute("SELECT svm_classification('svm_train_data', 'lin', 'label', 'ind', 'linear', 'fit_intercept=true', "
+              "NULL, 'max_iter=3')")
+    c.execute("SELECT svm_classification('svm_train_data', 'gau', 'label', 'ind', 'gaussian', 'n_components=5, "
+              "gamma=0.1', NULL, 'max_iter=3')")
+    c.execute("SELECT svm_regression('svr_train_data', 'pol', 'label', 'ind', 'poly', 'n_components=6, degree=2, "
+              "fit_intercept=true', NULL, 'max_iter=3')")
+    rnd = {m: {d: np.array(v) for d, v in c.execute(f"SELECT desp, val FROM {m}_random")} for m in ("gau", "pol")}
+    w = rnd["gau"]["weights"].reshape(5, 4)
+    features = {"lin": np.c_[X, np.ones(len(X))],
+                "gau": np.sqrt(2 / 5) * np.cos(X @ w.T + rnd["gau"]["offsets"])}
+    z = X @ rnd["pol"]["weights"].reshape(-1, 4).T
+    reps = rnd["pol"]["reps"].astype(int)
+    ends = np.cumsum(reps)
+    folded = np.stack([z[:, e - r:e].prod(axis=1) for r, e in zip(reps, ends)], axis=1) * rnd["pol"]["coefs"]
+    constants = np.broadcast_to(rnd["pol"]["other_features"], (len(X), 6 - len(reps)))
+    features["pol"] = np.c_[np.sqrt(1 / 6) * np.c_[folded, constants], np.ones(len(X))]
+    for m in ("lin", "gau", "pol"):
+        c.execute(f"SELECT svm_predict('{m}', 'svm_test_data', 'id', '{m}_out')")
+        coef = np.array(c.execute(f"SELECT coef FROM {m}").fetchone()[0])
+        out = c.execute(f"SELECT decision_function, prediction FROM {m}_out ORDER BY id").fetchall()
+        np.testing.assert_allclose([r[0] for r in out], features[m] @ coef, rtol=1e-12, atol=1e-12)
+        if m != "pol":
+            assert [r[1] for r in out] == [1.0 if d >= 0 else -1.0 for d, _ in out]
+    assert c.execute("SELECT count(*) FROM svm_test_data WHERE learnedidx.predict('lin', ind || 1::float8) "
+                     "IS DISTINCT FROM (SELECT prediction FROM lin_out o WHERE o.id = svm_test_data.id)").fetchone() \
+        == (0,)
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="gaussian kernel"):
+        c.execute("SELECT learnedidx.predict('gau', ind) FROM svm_test_data")
+    # labels keep their type: a boolean expression's, text
+    c.execute("SELECT svm_classification('svm_normalized', 'b', 'label > 0', 'ind', NULL, NULL, NULL, 'max_iter=1')")
+    assert c.execute("SELECT dep_var_mapping, pg_typeof(dep_var_mapping)::text FROM b").fetchone() == \
+        ([False, True], "boolean[]")
+
+
+def test_svm_predict_runs_no_code_of_another_role(madlib_db):
+    """svm_predict evaluates the model's feature expression (SQL its owner wrote): only members of
+    the owner's role may; and a model whose tables' row-level security applies, or a view in a
+    model's place, is refused."""
+    c = madlib_db
+    c.execute("CREATE SCHEMA svm_roles")
+    c.execute("GRANT USAGE, CREATE ON SCHEMA svm_roles, svm_data TO PUBLIC")
+    owner, other = make_role(c, "svm_owner"), make_role(c, "svm_other")
+    c.execute("GRANT SELECT ON ALL TABLES IN SCHEMA svm_data TO PUBLIC")
+    with connect(c, owner) as o:
+        o.execute("SET search_path = svm_roles, svm_data, learnedidx")
+        o.execute("SELECT svm_classification('svm_train_data', 'owned', 'label', 'ind', NULL, NULL, NULL, 'max_iter=1')")
+        o.execute("GRANT SELECT ON owned, owned_summary TO PUBLIC")
+    with connect(c, other) as x:
+        x.execute("SET search_path = svm_roles, svm_data, learnedidx")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="feature expression of model owned"):
+            x.execute("SELECT svm_predict('owned', 'svm_test_data', 'id', 'stolen')")
+    c.execute(f"GRANT {owner} TO {other}")
+    with connect(c, other) as x:
+        x.execute("SET search_path = svm_roles, svm_data, learnedidx")
+        x.execute("SELECT svm_predict('owned', 'svm_test_data', 'id', 'scored')")
+    with connect(c, owner) as o:
+        o.execute("SET search_path = svm_roles, svm_data, learnedidx")
+        o.execute("ALTER TABLE owned ENABLE ROW LEVEL SECURITY")
+        o.execute("ALTER TABLE owned FORCE ROW LEVEL SECURITY")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security applies"):
+            o.execute("SELECT svm_predict('owned', 'svm_test_data', 'id', 'scored2')")
+        o.execute("ALTER TABLE owned RENAME TO owned_t")
+        o.execute("CREATE VIEW owned AS SELECT * FROM owned_t")
+        with pytest.raises(psycopg.errors.WrongObjectType, match="not an svm model"):
+            o.execute("SELECT svm_predict('owned', 'svm_test_data', 'id', 'scored3')")

@@ -416,9 +416,10 @@ def predict(db: Session, model: Any, new_data: str | None, id_col: str | None, o
         raise InsufficientPrivilegeError(f"row-level security applies to model {model}'s tables: svm_predict does "
                                          "not read a model through its owner's policies")
     if not db.one("member", info["owner"])["m"]:
-        raise InsufficientPrivilegeError(
-            f"svm_predict evaluates the feature expression of model {model}, SQL its owner wrote",
-            hint="Score the rows yourself: learnedidx.linregr_predict(coef, features) is coef . features.")
+        err = InsufficientPrivilegeError(f"svm_predict evaluates the feature expression of model {model}, "
+                                         "SQL its owner wrote")
+        err.hint = "Score the rows yourself: learnedidx.linregr_predict(coef, features) is coef . features."
+        raise err
     qualified = "%s.%s" % (info["nsp"], db.quote_ident(info["rel"]))
     summary_name = "%s.%s" % (info["nsp"], db.quote_ident(info["rel"] + "_summary"))
     want = {"method", "dependent_varname", "independent_varname", "kernel_func", "kernel_params", "grouping_col"}
