@@ -338,17 +338,25 @@ END;
 -- 'polynomial' or a prefix; kernel_params n_components, gamma, degree, coef0, random_state,
 -- fit_intercept, fit_in_memory), training and output tables (model, _summary, _random,
 -- validation_result).  The body is learnedidx.indb.udf.svm (docs/indb.md, "MADlib's svm").
+CREATE FUNCTION learnedidx._svm(method text, source_table text, model_table text, dependent_varname text,
+                                independent_varname text, kernel_func text, kernel_params text, grouping_col text,
+                                params text, caller_path text)
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT * FROM learnedidx._train('svm', source_table, model_table, dependent_varname, independent_varname,
+        pg_catalog.jsonb_build_object('madlib_svm', pg_catalog.jsonb_build_object('method', method,
+            'kernel_func', kernel_func, 'kernel_params', kernel_params, 'grouping_col', grouping_col,
+            'params', params)), caller_path);
+END;
+
 CREATE FUNCTION learnedidx.svm_classification(source_table text, model_table text, dependent_varname text,
                                               independent_varname text, kernel_func text DEFAULT NULL,
                                               kernel_params text DEFAULT NULL, grouping_col text DEFAULT NULL,
                                               params text DEFAULT NULL, verbose boolean DEFAULT false)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT * FROM learnedidx._train('svm', source_table, model_table, dependent_varname, independent_varname,
-        pg_catalog.jsonb_build_object('madlib_svm', pg_catalog.jsonb_build_object('method', 'classification',
-            'kernel_func', kernel_func, 'kernel_params', kernel_params, 'grouping_col', grouping_col,
-            'params', params)),
-        pg_catalog.current_setting('search_path'));
+    SELECT * FROM learnedidx._svm('classification', source_table, model_table, dependent_varname,
+        independent_varname, kernel_func, kernel_params, grouping_col, params, pg_catalog.current_setting('search_path'));
 END;
 
 CREATE FUNCTION learnedidx.svm_regression(source_table text, model_table text, dependent_varname text,
@@ -357,11 +365,8 @@ CREATE FUNCTION learnedidx.svm_regression(source_table text, model_table text, d
                                           params text DEFAULT NULL, verbose boolean DEFAULT false)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT * FROM learnedidx._train('svm', source_table, model_table, dependent_varname, independent_varname,
-        pg_catalog.jsonb_build_object('madlib_svm', pg_catalog.jsonb_build_object('method', 'regression',
-            'kernel_func', kernel_func, 'kernel_params', kernel_params, 'grouping_col', grouping_col,
-            'params', params)),
-        pg_catalog.current_setting('search_path'));
+    SELECT * FROM learnedidx._svm('regression', source_table, model_table, dependent_varname, independent_varname,
+        kernel_func, kernel_params, grouping_col, params, pg_catalog.current_setting('search_path'));
 END;
 
 -- The rows against the origin; kernel 'gaussian' by default, class_weight 'balanced'.
@@ -371,11 +376,8 @@ CREATE FUNCTION learnedidx.svm_one_class(source_table text, model_table text, in
                                          verbose boolean DEFAULT false)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT * FROM learnedidx._train('svm', source_table, model_table, NULL, independent_varname,
-        pg_catalog.jsonb_build_object('madlib_svm', pg_catalog.jsonb_build_object('method', 'one_class',
-            'kernel_func', kernel_func, 'kernel_params', kernel_params, 'grouping_col', grouping_col,
-            'params', params)),
-        pg_catalog.current_setting('search_path'));
+    SELECT * FROM learnedidx._svm('one_class', source_table, model_table, NULL, independent_varname, kernel_func,
+        kernel_params, grouping_col, params, pg_catalog.current_setting('search_path'));
 END;
 
 -- output_table (id, prediction, decision_function[, grouping_col, the grouping columns]): each

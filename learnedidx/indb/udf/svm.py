@@ -19,7 +19,7 @@ from typing import Any
 
 from learnedidx.errors import DuplicateColumnError, DuplicateTableError, InsufficientPrivilegeError, NameTooLongError, NotAModelError, \
     NotSupportedError, ParameterError, SQLSyntaxError, TrainingDataError, UndefinedColumnError
-from learnedidx.indb.udf import args, outputs, svm_kernels, svm_params
+from learnedidx.indb.udf import args, grouped, outputs, svm_kernels, svm_params
 from learnedidx.indb.udf.catalog import F8, F8A, I4, I8, TEXT, TIMES
 from learnedidx.indb.udf.madlib_params import keyvalues
 from learnedidx.indb.udf.selectlist import array_items, feature_items, ident, split_top
@@ -240,7 +240,8 @@ def train(db: Session, spec: dict, source: str | None, model_table: str | None, 
                "dep": dep, "indep": indep}
     if groups:
         _model_table(db, out, groups, dep_type, svc, caller_path, from_sql)
-        raw, keys = _offload_grouped(db, request, query, groups, from_sql, caller_path)
+        raw, keys = grouped.offload(db, request, query, [(g, "src.%s" % db.quote_ident(g)) for g in groups],
+                                    from_sql, caller_path)
     else:
         raw = db.one("offload", json.dumps(request), src["oid"] if pages else None, columns if pages else None,
                      None if reader == "pages" else query, caller_path)["r"]
@@ -339,23 +340,6 @@ def _model_table(db: Session, out: str, groups: list[str], dep_type: str, svc: b
     db.as_caller(caller_path, lambda: db.execute("CREATE TABLE %s AS SELECT %s, %s FROM %s AS src WITH NO DATA" % (
         out, ", ".join("src.%s" % db.quote_ident(g) for g in groups), cols, from_sql)))
     db.run("group_types", out, len(groups))
-
-
-def _offload_grouped(db: Session, request: dict, query: str, groups: list[str], from_sql: str,
-                     caller_path: str) -> tuple[str, dict]:
-    """Stream the grouped rows and read the groups (their values and rows) in one statement,
-    so one snapshot."""
-    k = ", ".join("src.%s AS c%d" % (db.quote_ident(g), i) for i, g in enumerate(groups))
-    order = ", ".join("k.c%d" % i for i in range(len(groups)))
-    obj = ", ".join("%s, k.c%d" % (db.quote_literal(g), i) for i, g in enumerate(groups))
-    stmt = ("SELECT learnedidx._offload('indb.train', $1::pg_catalog.jsonb, NULL, NULL, $2, $3) AS r, "
-            "(SELECT pg_catalog.jsonb_build_object('keys', pg_catalog.array_agg(pg_catalog.jsonb_build_object(%s)"
-            "::pg_catalog.text ORDER BY %s), 'rows', pg_catalog.array_agg(k.n ORDER BY %s))::pg_catalog.text "
-            "FROM (SELECT %s, pg_catalog.count(*) AS n FROM %s AS src GROUP BY %s) AS k) AS keys" % (
-                obj, order, order, k, from_sql, ", ".join(str(i + 1) for i in range(len(groups)))))
-    row = db.as_caller(caller_path, lambda: db.execute(stmt, ["text", "text", "text"],
-                                                       [json.dumps(request), query, caller_path])[0])
-    return row["r"], json.loads(row["keys"])
 
 
 def _mapping_literal(dep_type: str, svc: bool, labels: list[str] | None, model: dict | None) -> str | None:

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from learnedidx.errors import DuplicateTableError, NameTooLongError, NotSupportedError
-from learnedidx.indb.udf import args, catalog, outputs, svm
+from learnedidx.indb.udf import args, catalog, grouped, outputs, svm
 from learnedidx.indb.udf.selectlist import feature_items, ident
 from learnedidx.indb.udf.session import Session, server_result, sql_function
 
@@ -107,19 +107,8 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
                      query if reader != "pages" else None, caller_path)["r"]
         keys = None
     else:
-        # One statement, so one snapshot, reads the groups (their values and rows) and streams
-        # the rows numbered by group; both are the caller's SQL, evaluated with its search_path.
-        k = ", ".join("src.%s AS c%d" % (db.quote_ident(g), i) for i, g in enumerate(groups))
-        order = ", ".join("k.c%d" % i for i in range(len(groups)))
-        obj = ", ".join("%s, k.c%d" % (db.quote_literal(g), i) for i, g in enumerate(groups))
-        stmt = ("SELECT learnedidx._offload('indb.train', $1::pg_catalog.jsonb, NULL, NULL, $2, $3) AS r, "
-                "(SELECT pg_catalog.jsonb_build_object('keys', pg_catalog.array_agg(pg_catalog.jsonb_build_object(%s)"
-                "::pg_catalog.text ORDER BY %s), 'rows', pg_catalog.array_agg(k.n ORDER BY %s))::pg_catalog.text "
-                "FROM (SELECT %s, pg_catalog.count(*) AS n FROM %s AS src GROUP BY %s) AS k) AS keys" % (
-                    obj, order, order, k, src["from_sql"], ", ".join(str(i + 1) for i in range(len(groups)))))
-        row = db.as_caller(caller_path, lambda: db.execute(stmt, ["text", "text", "text"],
-                                                           [json.dumps(request), query, caller_path])[0])
-        raw, keys = row["r"], json.loads(row["keys"])
+        raw, keys = grouped.offload(db, request, query, [(g, "src.%s" % db.quote_ident(g)) for g in groups],
+                                    src["from_sql"], caller_path)
     reply = server_result(raw)
 
     # The output table: one row per model (per group with grouping).
