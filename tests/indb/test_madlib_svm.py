@@ -579,6 +579,12 @@ def test_svm_predict_scores_as_the_model_says(madlib_db):
     c.execute("SELECT svm_classification('svm_normalized', 'b', 'label > 0', 'ind', NULL, NULL, NULL, 'max_iter=1')")
     assert c.execute("SELECT dep_var_mapping, pg_typeof(dep_var_mapping)::text FROM b").fetchone() == \
         ([False, True], "boolean[]")
+    assert c.execute("SELECT learnedidx.predict('b', ind) FROM svm_normalized ORDER BY id LIMIT 1").fetchone()[0] in (0, 1)
+    c.execute("SELECT svm_classification('svm_unbalanced', 't', 'y_text', 'ARRAY[x1, x2]', NULL, NULL, NULL, "
+              "'max_iter=1')")
+    assert c.execute("SELECT dep_var_mapping FROM t").fetchone() == (["one", "zero"],)
+    with pytest.raises(psycopg.errors.DatatypeMismatch, match="labels .dep_var_mapping. have type text"):
+        c.execute("SELECT learnedidx.predict('t', ARRAY[x1, x2]) FROM svm_unbalanced")
 
 
 def test_svm_predict_runs_no_code_of_another_role(madlib_db):

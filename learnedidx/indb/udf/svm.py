@@ -199,9 +199,10 @@ def train(db: Session, spec: dict, source: str | None, model_table: str | None, 
                                 dep, from_sql, dep))[0]["l"] or []
             if len(labels) != 2:
                 raise TrainingDataError(f"svm classification needs exactly two label values, not {len(labels)}")
-            if oid not in NUMERIC_TYPES | {BOOL}:
-                dep_sql = "(CASE (%s) WHEN %s::%s THEN -1.0 WHEN %s::%s THEN 1.0 END)::pg_catalog.float8" % (
-                    dep, db.quote_literal(labels[0]), dep_type, db.quote_literal(labels[1]), dep_type)
+            if oid not in NUMERIC_TYPES | {BOOL}:  # (compared as text, as the labels were read)
+                dep_sql = ("(CASE WHEN (%s)::pg_catalog.text OPERATOR(pg_catalog.=) %s THEN -1.0 WHEN (%s)::pg_catalog.text "
+                           "OPERATOR(pg_catalog.=) %s THEN 1.0 END)::pg_catalog.float8" % (
+                               dep, db.quote_literal(labels[0]), dep, db.quote_literal(labels[1])))
     weights, fold_weights = _class_weights(db, p["class_weight"], svc, one_class, labels, dep, from_sql,
                                            _no_nulls(arr) if transformed else "true", caller)
 
@@ -319,7 +320,7 @@ def _epsilon(db: Session, p: dict, groups: list[str], svc: bool, caller_path: st
     if svc or not groups or not p["eps_table"]:
         return None
     eps = db.one("source", p["eps_table"], caller_path)
-    match = " AND ".join("e.%s = src.%s" % (db.quote_ident(g), db.quote_ident(g)) for g in groups)
+    match = " AND ".join("e.%s OPERATOR(pg_catalog.=) src.%s" % (db.quote_ident(g), db.quote_ident(g)) for g in groups)
     return "COALESCE((SELECT e.epsilon FROM %s AS e WHERE %s LIMIT 1), %r::pg_catalog.float8)" % (
         eps["from_sql"], match, p["epsilon"][0])
 
@@ -440,7 +441,7 @@ def predict(db: Session, model: Any, new_data: str | None, id_col: str | None, o
     feats = _features(arr, kernel, kp)
     kfrom = "" if kernel == "linear" else ", " + _kernel_from(db, random_table, kernel, kp)
     pred = "p.d" if method == "SVR" else \
-        "CASE WHEN p.d >= 0 THEN m.dep_var_mapping[2] ELSE m.dep_var_mapping[1] END"
+        "CASE WHEN p.d OPERATOR(pg_catalog.>=) 0 THEN m.dep_var_mapping[2] ELSE m.dep_var_mapping[1] END"
     qid = db.quote_ident(idname)
     if groups:
         gq = [db.quote_ident(g) for g in groups]
@@ -450,7 +451,8 @@ def predict(db: Session, model: Any, new_data: str | None, id_col: str | None, o
                "ORDER BY 4, 1" % (
                    out, qid, qid, pred, ", ".join("src.%s::pg_catalog.text" % g for g in gq),
                    ", ".join("src.%s" % g for g in gq), qualified, src["from_sql"],
-                   " AND ".join("m.%s = src.%s" % (g, g) for g in gq), kfrom, feats, _no_nulls(arr)))
+                   " AND ".join("m.%s OPERATOR(pg_catalog.=) src.%s" % (g, g) for g in gq), kfrom, feats,
+                   _no_nulls(arr)))
     else:
         sql = ("CREATE TABLE %s AS SELECT src.%s AS %s, %s AS prediction, p.d AS decision_function "
                "FROM ONLY %s AS m, %s AS src%s, LATERAL (SELECT learnedidx.linregr_predict(m.coef, %s) AS d "
