@@ -487,14 +487,21 @@ BEGIN
     RETURN s;
 END $$;
 
--- Drops a model: its output table and its summary table (PostgreSQL's ownership check applies;
--- a table that is not a model is refused, never dropped).
+-- Drops a model: its output table and its summary table, and an svm kernel's <name>_random
+-- table (PostgreSQL's ownership check applies; a table that is not a model is refused, never
+-- dropped).
 CREATE FUNCTION learnedidx.drop_model(model regclass) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s regclass := learnedidx._summary(model);
+    r regclass;
 BEGIN
-    EXECUTE format('DROP TABLE %s, %s', model::oid::regclass, s);
+    SELECT c.oid INTO r FROM pg_class m
+    JOIN pg_class c ON c.relnamespace = m.relnamespace AND c.relname = m.relname || '_random' AND c.relkind = 'r'
+    WHERE m.oid = model AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = s AND a.attname = 'kernel_func'
+                                    AND NOT a.attisdropped)
+      AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'desp' AND NOT a.attisdropped);
+    EXECUTE format('DROP TABLE %s, %s%s', model::oid::regclass, s, coalesce(', ' || r::text, ''));
 END $$;
 
 CREATE FUNCTION learnedidx._predict_table(model regclass, source text, out_table text, caller_path text)

@@ -575,6 +575,9 @@ def test_svm_predict_scores_as_the_model_says(madlib_db):
         == (0,)
     with pytest.raises(psycopg.errors.FeatureNotSupported, match="gaussian kernel"):
         c.execute("SELECT learnedidx.predict('gau', ind) FROM svm_test_data")
+    c.execute("SELECT learnedidx.drop_model('gau')")  # its _random table too
+    assert c.execute("SELECT to_regclass('gau'), to_regclass('gau_summary'), to_regclass('gau_random')").fetchone() \
+        == (None, None, None)
     # labels keep their type: a boolean expression's, text
     c.execute("SELECT svm_classification('svm_normalized', 'b', 'label > 0', 'ind', NULL, NULL, NULL, 'max_iter=1')")
     assert c.execute("SELECT dep_var_mapping, pg_typeof(dep_var_mapping)::text FROM b").fetchone() == \
