@@ -621,3 +621,9 @@ def test_svm_predict_runs_no_code_of_another_role(madlib_db):
         o.execute("CREATE VIEW owned AS SELECT * FROM owned_t")
         with pytest.raises(psycopg.errors.WrongObjectType, match="not an svm model"):
             o.execute("SELECT svm_predict('owned', 'svm_test_data', 'id', 'scored3')")
+        # a kernel's _random table is read without casts: a column of another type is refused
+        o.execute("SELECT svm_classification('svm_train_data', 'kern', 'label', 'ind', 'gaussian', 'n_components=2', "
+                  "NULL, 'max_iter=1')")
+        o.execute("ALTER TABLE kern_random ALTER COLUMN val TYPE text[]")
+        with pytest.raises(psycopg.errors.WrongObjectType, match="column val of .*kern_random has another type"):
+            o.execute("SELECT svm_predict('kern', 'svm_test_data', 'id', 'scored4')")

@@ -48,7 +48,7 @@ STATEMENTS = {
 #: Labels of these types stream as numbers (the server maps the smaller to -1); others are
 #: mapped to -1/+1 in the query.  int2, int4, int8, float4, float8, numeric; bool.
 NUMERIC_TYPES = {21, 23, 20, 700, 701, 1700}
-BOOL, TEXT_OID, VARCHAR, FLOAT8_ARRAY = 16, 25, 1043, 1022
+BOOL, INT4, TEXT_OID, VARCHAR, FLOAT8_ARRAY = 16, 23, 25, 1043, 1022
 MAX_NAME = 63
 METHODS = ("classification", "regression", "one_class")
 
@@ -258,7 +258,7 @@ def train(db: Session, spec: dict, source: str | None, model_table: str | None, 
         cv = reply["cv"]
         db.execute("CREATE TABLE %s (%s) AS VALUES %s" % (
             validation, ", ".join(db.quote_ident(c) for c in cv["columns"]),
-            ", ".join("(%s)" % ", ".join(str(v) for v in row) for row in cv["rows"])))
+            ", ".join("(%s)" % ", ".join(map(_number, row)) for row in cv["rows"])))
     cw_text = spec_text(spec.get("params"), "class_weight") or ("balanced" if one_class else "")
     processed = sum(g["num_rows_processed"] for g in results)
     head = [("method", TEXT, "SVC" if svc else "SVR"), ("version_number", TEXT, db.one("version")["extversion"]),
@@ -280,6 +280,14 @@ def train(db: Session, spec: dict, source: str | None, model_table: str | None, 
     db.execute("INSERT INTO %s VALUES (%s)" % (summary, ", ".join("$%d::%s" % (i + 1, c[1]) for i, c in enumerate(cols))),
                ["text"] * len(cols), [None if c[2] is None else str(c[2]) for c in cols])
     return outputs.returned(results)
+
+
+def _number(v: float | int) -> str:
+    """A number as MADlib's validation table writes it (a numeric literal; NaN and infinities
+    quoted)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return "'%s'::pg_catalog.numeric" % ("NaN" if v != v else "Infinity" if v > 0 else "-Infinity")
+    return str(v)
 
 
 def spec_text(params: str | None, name: str) -> str:
@@ -429,9 +437,11 @@ def predict(db: Session, model: Any, new_data: str | None, id_col: str | None, o
         if "dep_var_mapping" not in model_cols:
             raise UndefinedColumnError(f"model {model} has no dep_var_mapping")
         db.run("safe_type", qualified, "dep_var_mapping", model_cols["dep_var_mapping"])
-    if kernel != "linear" and info["random"] is None:
-        raise NotAModelError(f"model {model} of a {kernel} kernel has no _random table")
     random_table = "%s.%s" % (info["nsp"], db.quote_ident(info["rel"] + "_random"))
+    if kernel != "linear":
+        if info["random"] is None:
+            raise NotAModelError(f"model {model} of a {kernel} kernel has no _random table")
+        _require_types(db, info["random"], random_table, {"id": (INT4,), "val": (FLOAT8_ARRAY,), "desp": (TEXT_OID,)})
     idname = ident(id_col)
     if idname is None:
         raise ParameterError(f"id_col_name must name a column of the new data, not {id_col!r}")
