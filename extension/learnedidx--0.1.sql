@@ -330,21 +330,119 @@ BEGIN ATOMIC
         pg_catalog.current_setting('search_path'));
 END;
 
--- Linear SVM, MADlib's form: its arguments, its 'name=value, ...' params (init_stepsize,
--- max_iter, lambda, tolerance, norm=L2; lambda weighs ||w||^2 / 2 against the summed hinge
--- loss) and its defaults; kernel_params 'fit_intercept=true' adds the intercept (coef[1]).
+-- ------------------------------------------------------------------------ MADlib's svm
+-- MADlib 2.1's svm_classification, svm_regression, svm_one_class and svm_predict: MADlib's
+-- arguments, defaults ('name=value, ...' params: init_stepsize, decay_factor, max_iter,
+-- tolerance, lambda, norm, epsilon, eps_table, class_weight, n_folds, validation_result; lists
+-- such as 'lambda=[0.1, 1]' are cross validation's candidates), kernels ('linear', 'gaussian',
+-- 'polynomial' or a prefix; kernel_params n_components, gamma, degree, coef0, random_state,
+-- fit_intercept, fit_in_memory), training and output tables (model, _summary, _random,
+-- validation_result).  The body is learnedidx.indb.udf.svm (docs/indb.md, "MADlib's svm").
+CREATE FUNCTION learnedidx._svm(method text, source_table text, model_table text, dependent_varname text,
+                                independent_varname text, kernel_func text, kernel_params text, grouping_col text,
+                                params text, caller_path text)
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT * FROM learnedidx._train('svm', source_table, model_table, dependent_varname, independent_varname,
+        pg_catalog.jsonb_build_object('madlib_svm', pg_catalog.jsonb_build_object('method', method,
+            'kernel_func', kernel_func, 'kernel_params', kernel_params, 'grouping_col', grouping_col,
+            'params', params)), caller_path);
+END;
+
 CREATE FUNCTION learnedidx.svm_classification(source_table text, model_table text, dependent_varname text,
                                               independent_varname text, kernel_func text DEFAULT NULL,
                                               kernel_params text DEFAULT NULL, grouping_col text DEFAULT NULL,
                                               params text DEFAULT NULL, verbose boolean DEFAULT false)
 RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
 BEGIN ATOMIC
-    SELECT * FROM learnedidx._train('svm', source_table, model_table, dependent_varname, independent_varname,
-        pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object('grouping_cols', grouping_col,
-            'svm_classification', pg_catalog.jsonb_build_object('kernel_func', kernel_func,
-                                                                'kernel_params', kernel_params, 'params', params))),
+    SELECT * FROM learnedidx._svm('classification', source_table, model_table, dependent_varname,
+        independent_varname, kernel_func, kernel_params, grouping_col, params, pg_catalog.current_setting('search_path'));
+END;
+
+CREATE FUNCTION learnedidx.svm_regression(source_table text, model_table text, dependent_varname text,
+                                          independent_varname text, kernel_func text DEFAULT NULL,
+                                          kernel_params text DEFAULT NULL, grouping_col text DEFAULT NULL,
+                                          params text DEFAULT NULL, verbose boolean DEFAULT false)
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT * FROM learnedidx._svm('regression', source_table, model_table, dependent_varname, independent_varname,
+        kernel_func, kernel_params, grouping_col, params, pg_catalog.current_setting('search_path'));
+END;
+
+-- The rows against the origin; kernel 'gaussian' by default, class_weight 'balanced'.
+CREATE FUNCTION learnedidx.svm_one_class(source_table text, model_table text, independent_varname text,
+                                         kernel_func text DEFAULT NULL, kernel_params text DEFAULT NULL,
+                                         grouping_col text DEFAULT NULL, params text DEFAULT NULL,
+                                         verbose boolean DEFAULT false)
+RETURNS SETOF learnedidx.train_result LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT * FROM learnedidx._svm('one_class', source_table, model_table, NULL, independent_varname, kernel_func,
+        kernel_params, grouping_col, params, pg_catalog.current_setting('search_path'));
+END;
+
+-- output_table (id, prediction, decision_function[, grouping_col, the grouping columns]): each
+-- row of new_data_table whose features hold no NULL, scored as the caller (through
+-- learnedidx._train, for its errors: no model is trained).
+CREATE FUNCTION learnedidx.svm_predict(model_table text, new_data_table text, id_col_name text, output_table text)
+RETURNS void LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+    SELECT pg_catalog.count(*) FROM learnedidx._train('svm', new_data_table, output_table, id_col_name, NULL,
+        pg_catalog.jsonb_build_object('madlib_svm', pg_catalog.jsonb_build_object('predict', model_table)),
         pg_catalog.current_setting('search_path'));
 END;
+
+-- A row's features through a kernel's random feature map (svm.c): what the training query
+-- streams and svm_predict scores.
+CREATE FUNCTION learnedidx._svm_features(x float8[], kernel text, weights float8[], offsets float8[], reps float8[],
+                                         scale float8, "intercept" boolean) RETURNS float8[]
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'learnedidx_svm_features';
+
+-- ------------------------------------------------------------------------ MADlib's utilities
+-- The utilities of MADlib's that its install-check tests call besides the functions they test
+-- (svm's: assert, norm1, norm2, array_dot, array_sub, array_div), for its tests to run with only
+-- the schema's name changed.  assert fails on a NULL condition too (MADlib's lets it pass).
+CREATE FUNCTION learnedidx.assert(condition boolean, msg text) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF condition IS NOT TRUE THEN
+        RAISE EXCEPTION 'Failed assertion: %', msg USING ERRCODE = 'P0004';
+    END IF;
+END $$;
+
+CREATE FUNCTION learnedidx.norm1(x float8[]) RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN (SELECT pg_catalog.sum(pg_catalog.abs(v)) FROM pg_catalog.unnest(x) AS v);
+
+CREATE FUNCTION learnedidx.norm2(x float8[]) RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN (SELECT pg_catalog.sqrt(pg_catalog.sum(v OPERATOR(pg_catalog.*) v)) FROM pg_catalog.unnest(x) AS v);
+
+-- x . y (NULL when either holds a NULL; arrays of two lengths are an error)
+CREATE FUNCTION learnedidx.array_dot(x float8[], y float8[]) RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN learnedidx.linregr_predict(x, y);
+
+-- x - y and x / y, element by element
+CREATE FUNCTION learnedidx._elementwise(x float8[], y float8[], op text) RETURNS float8[]
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF cardinality(x) <> cardinality(y) THEN
+        RAISE EXCEPTION 'arrays of % and % elements: the arrays must have the same length', cardinality(x),
+            cardinality(y) USING ERRCODE = '22023';
+    END IF;
+    IF op = '-' THEN
+        RETURN ARRAY(SELECT a - b FROM unnest(x, y) WITH ORDINALITY AS t(a, b, i) ORDER BY i);
+    END IF;
+    RETURN ARRAY(SELECT a / b FROM unnest(x, y) WITH ORDINALITY AS t(a, b, i) ORDER BY i);
+END $$;
+
+CREATE FUNCTION learnedidx.array_sub(x float8[], y float8[]) RETURNS float8[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN learnedidx._elementwise(x, y, '-');
+
+CREATE FUNCTION learnedidx.array_div(x float8[], y float8[]) RETURNS float8[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN learnedidx._elementwise(x, y, '/');
 
 CREATE FUNCTION learnedidx.lmf_train(source text, out_table text, col_row text, col_column text, col_value text,
                                      max_rank int DEFAULT 10, stepsize float8 DEFAULT 0.01,
@@ -389,14 +487,21 @@ BEGIN
     RETURN s;
 END $$;
 
--- Drops a model: its output table and its summary table (PostgreSQL's ownership check applies;
--- a table that is not a model is refused, never dropped).
+-- Drops a model: its output table and its summary table, and an svm kernel's <name>_random
+-- table (PostgreSQL's ownership check applies; a table that is not a model is refused, never
+-- dropped).
 CREATE FUNCTION learnedidx.drop_model(model regclass) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     s regclass := learnedidx._summary(model);
+    r regclass;
 BEGIN
-    EXECUTE format('DROP TABLE %s, %s', model::oid::regclass, s);
+    SELECT c.oid INTO r FROM pg_class m
+    JOIN pg_class c ON c.relnamespace = m.relnamespace AND c.relname = m.relname || '_random' AND c.relkind = 'r'
+    WHERE m.oid = model AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = s AND a.attname = 'kernel_func'
+                                    AND NOT a.attisdropped)
+      AND EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'desp' AND NOT a.attisdropped);
+    EXECUTE format('DROP TABLE %s, %s%s', model::oid::regclass, s, coalesce(', ' || r::text, ''));
 END $$;
 
 CREATE FUNCTION learnedidx._predict_table(model regclass, source text, out_table text, caller_path text)

@@ -105,6 +105,47 @@ require_types(SPITupleTable *t, const char *model, int first, const Oid *want, i
 	}
 }
 
+/* The two labels of svm model `model` from column `col` (1-based) of row `row`: its
+ * dep_var_mapping, an array of the labels' own type as MADlib writes it (booleans or numbers),
+ * read without casts; other labels (text, ...) are svm_predict's to give. */
+static void
+read_labels(SPITupleTable *t, HeapTuple row, int col, const char *model, double *labels)
+{
+	Oid			type = getBaseType(SPI_gettypeid(t->tupdesc, col));
+	bool		isnull;
+	Datum		d = SPI_getbinval(row, t->tupdesc, col, &isnull);
+	ArrayType  *a;
+	Oid			elem;
+	Datum	   *v;
+	bool	   *nulls;
+	int			n,
+				i;
+	int16		typlen;
+	bool		byval;
+	char		align;
+
+	if (type != BOOLARRAYOID && type != INT2ARRAYOID && type != INT4ARRAYOID && type != INT8ARRAYOID &&
+		type != FLOAT4ARRAYOID && type != FLOAT8ARRAYOID)
+		ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+						errmsg("model %s: its labels (dep_var_mapping) have type %s; predict returns numbers",
+							   model, format_type_be(type)),
+						errhint("Score it with learnedidx.svm_predict, which gives the labels themselves.")));
+	if (isnull)
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s lacks its two labels", model)));
+	a = DatumGetArrayTypeP(d);
+	elem = ARR_ELEMTYPE(a);
+	get_typlenbyvalalign(elem, &typlen, &byval, &align);
+	deconstruct_array(a, elem, typlen, byval, align, &v, &nulls, &n);
+	if (ARR_NDIM(a) != 1 || n != 2 || nulls[0] || nulls[1])
+		ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s lacks its two labels", model)));
+	for (i = 0; i < 2; i++)
+		labels[i] = elem == BOOLOID ? (double) DatumGetBool(v[i]) :
+			elem == INT2OID ? (double) DatumGetInt16(v[i]) :
+			elem == INT4OID ? (double) DatumGetInt32(v[i]) :
+			elem == INT8OID ? (double) DatumGetInt64(v[i]) :
+			elem == FLOAT4OID ? (double) DatumGetFloat4(v[i]) : DatumGetFloat8(v[i]);
+}
+
 /* One value of the single row of `sql`, whose columns must have types `want` (NULL when SQL
  * NULL); errors unless there is one row. */
 static Datum
@@ -248,9 +289,9 @@ load_groups(Model *m, const char *name, ArrayType *keycols, MemoryContext mcxt)
 		elog(ERROR, "reading model %s failed", name);
 	t = SPI_tuptable;
 	{
-		Oid			want[2] = {FLOAT8ARRAYOID, FLOAT8ARRAYOID};
+		Oid			want[1] = {FLOAT8ARRAYOID};
 
-		require_types(t, name, nk, want, m->kind == MODEL_SVM ? 2 : 1);	/* after the keys */
+		require_types(t, name, nk, want, 1);	/* after the keys; the labels: read_labels */
 	}
 	if (SPI_processed > INT_MAX / Max(1, nk))
 		ereport(ERROR, (errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("model %s has too many groups", name)));
@@ -317,16 +358,7 @@ load_groups(Model *m, const char *name, ArrayType *keycols, MemoryContext mcxt)
 			trained[g] = true;
 		}
 		if (m->kind == MODEL_SVM && !isnull)
-		{
-			int			nl;
-			double	   *labels;
-			Datum		l = SPI_getbinval(row, t->tupdesc, nk + 2, &isnull);
-
-			if (isnull || (labels = float8s(l, &nl, 1, NULL), nl != 2))
-				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s lacks its two labels", name)));
-			m->labels[0] = labels[0];
-			m->labels[1] = labels[1];
-		}
+			read_labels(t, row, nk + 2, name, m->labels);
 	}
 	if (m->ncoef < 0)
 	{
@@ -420,6 +452,18 @@ load_model(Oid relid, MemoryContext mcxt)
 		strcmp(method, "svm") == 0 || strcmp(method, "SVC") == 0 ? MODEL_SVM :
 		strcmp(method, "lmf") == 0 ? MODEL_LMF : MODEL_SCORE;
 	MemoryContextSwitchTo(old);
+	/* A model of MADlib's svm with a kernel scores the row's random features: svm_predict's. */
+	if (get_attnum(summary_relid, "kernel_func") != InvalidAttrNumber)
+	{
+		Oid			want[1] = {TEXTOID};
+
+		d = model_value(psprintf("SELECT s.kernel_func FROM ONLY %s AS s", summary), name, want, 1, &isnull);
+		if (!isnull && strcmp(TextDatumGetCString(d), "linear") != 0)
+			ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							errmsg("model %s maps its features with the %s kernel: predict scores linear models",
+								   name, TextDatumGetCString(d)),
+							errhint("Score it with learnedidx.svm_predict.")));
+	}
 	if (keycols != NULL && ArrayGetNItems(ARR_NDIM(keycols), ARR_DIMS(keycols)) > 0)
 	{
 		if (m->kind == MODEL_LMF)
@@ -468,9 +512,8 @@ load_model(Oid relid, MemoryContext mcxt)
 	{
 		const char *cols = m->kind == MODEL_SVM ? "coef, dep_var_mapping" : "coef";
 		double	   *coef;
-		Oid			want[2] = {FLOAT8ARRAYOID, FLOAT8ARRAYOID};
-		Datum		c = model_value(psprintf("SELECT %s FROM ONLY %s", cols, name), name, want,
-									m->kind == MODEL_SVM ? 2 : 1, &isnull);
+		Oid			want[1] = {FLOAT8ARRAYOID};
+		Datum		c = model_value(psprintf("SELECT %s FROM ONLY %s", cols, name), name, want, 1, &isnull);
 
 		if (isnull)
 			ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s has no coefficients", name)));
@@ -480,16 +523,7 @@ load_model(Oid relid, MemoryContext mcxt)
 		memcpy(m->coef, coef, sizeof(double) * m->ncoef);
 		MemoryContextSwitchTo(old);
 		if (m->kind == MODEL_SVM)
-		{
-			int			nl;
-			double	   *labels;
-			Datum		l = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-
-			if (isnull || (labels = float8s(l, &nl, 1, NULL), nl != 2))
-				ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED), errmsg("model %s lacks its two labels", name)));
-			m->labels[0] = labels[0];
-			m->labels[1] = labels[1];
-		}
+			read_labels(SPI_tuptable, SPI_tuptable->vals[0], 2, name, m->labels);
 	}
 	SPI_finish();
 	AtEOXact_GUC(true, nest);

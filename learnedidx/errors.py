@@ -286,3 +286,13 @@ class NameTooLongError(InDBError, kind="name-too-long", sqlstate="42622"):
 class PagesUndecodableError(InDBError, kind="pages-undecodable", sqlstate="0A000"):
     """The pages hold a visible tuple the Strider cannot decode (TOAST, compression): the query
     path reads that source."""
+
+
+class InsufficientPrivilegeError(InDBError, kind="insufficient-privilege", sqlstate="42501"):
+    """The caller may not do what it asked: run SQL another role wrote (a model's feature
+    expression), or read a model through its owner's row-level security policies."""
+
+
+class NotAModelError(InDBError, kind="not-a-model", sqlstate="42809"):
+    """A name given as a model's is not one: not a plain table with its summary table, or
+    not of the algorithm asked for."""

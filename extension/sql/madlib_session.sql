@@ -51,9 +51,12 @@ SELECT zipcode, r(coef, 3) AS coef, round(loss::numeric, 3) AS loss, num_iterati
 FROM houses_svm ORDER BY zipcode;
 SELECT method, kernel_func, kernel_params, grouping_col, reg_params, num_all_groups, total_rows_processed,
        total_rows_skipped FROM houses_svm_summary;
-SELECT zipcode, count(*) AS houses,
-       sum((learnedidx.predict('houses_svm', ARRAY[size / 1000, bath], zipcode) = (price < 100000)::int)::int) AS right
-FROM houses WHERE tax IS NOT NULL GROUP BY zipcode ORDER BY zipcode;
+-- MADlib's svm_predict: the label, of the label's type, per row (the intercept is the last coefficient)
+SELECT learnedidx.svm_predict('houses_svm', 'houses', 'id', 'houses_svm_pred');
+SELECT h.zipcode, count(*) AS houses, sum((p.prediction = (h.price < 100000))::int) AS right
+FROM houses AS h JOIN houses_svm_pred AS p USING (id) WHERE h.tax IS NOT NULL GROUP BY h.zipcode ORDER BY 1;
+SELECT count(*) AS agree FROM houses_svm_pred AS p JOIN houses AS h USING (id)
+WHERE learnedidx.predict('houses_svm', ARRAY[h.size / 1000, h.bath, 1], h.zipcode) = p.prediction::int;
 -- predict_table picks each row's group too
 SELECT learnedidx.predict_table('houses_linregr', 'houses', 'houses_pred');
 SELECT count(*) FILTER (WHERE abs(prediction - price) < 1000) AS close, count(prediction) AS predicted
@@ -67,5 +70,6 @@ SELECT learnedidx.linregr_predict('{1, 2, 3}', '{1, 2}');
 SELECT learnedidx.drop_model('houses_linregr');
 SELECT learnedidx.drop_model('houses_logregr');
 SELECT learnedidx.drop_model('houses_svm');
+DROP TABLE houses_svm_pred;
 SELECT count(*) AS models_left FROM learnedidx.models WHERE model::text LIKE 'houses%';
 DROP EXTENSION learnedidx, plpython3u;

@@ -5,7 +5,7 @@ from sklearn.datasets import load_breast_cancer, load_diabetes
 from sklearn.linear_model import LinearRegression, LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from learnedidx.errors import DSLDivisionByZeroError, InDBError
+from learnedidx.errors import DSLDivisionByZeroError, InDBError, ParameterError
 from learnedidx.indb import runtime
 
 
@@ -168,3 +168,26 @@ def test_update_divides_by_zero_as_the_per_tuple_functions_do():
                                                      f"    return (1.0 / {zero}) * x\n"), {"X": X, "y": y})
     out = runtime.train(runtime.register_algorithm("div_arrays", acc.format("w + s / s")), {"X": X, "y": y})
     assert np.all(np.isnan(out.model["coef"]))  # 0 / 0 elementwise, as numpy and Numba divide arrays
+
+
+@pytest.mark.parametrize("change,match", [
+    ({"lambda": 0.1}, "lambda must be a list of values"),
+    ({"lambda": [-1.0]}, "lambda must be at least 0"),
+    ({"init_stepsize": [0.0]}, "init_stepsize must be greater than 0"),
+    ({"max_iter": [0]}, "max_iter must be at least 1"),
+    ({"decay_factor": [1.5]}, "decay_factor must be at most 1"),
+    ({"norm": "l3"}, "norm must be l1 or l2"),
+    ({"class_weight": {"2": 1.0}}, "class_weight must be balanced or the weights"),
+    ({"svc": "yes"}, "svc must be true or false"),
+    ({"lambda": [0.1, 1.0]}, "lists of several values need n_folds of 2 or more"),
+    ({"tolerance": float("nan")}, "tolerance must be at least 0 and finite"),
+])
+def test_madlib_svm_settings_are_checked_by_the_server(change, match):
+    """The server checks the settings of MADlib's svm itself (any process of its OS user may
+    send a request), before reading any row."""
+    from learnedidx.indb.runtime import svm_igd
+    good = {"init_stepsize": [0.01], "decay_factor": [0.9], "max_iter": [5], "lambda": [0.01], "epsilon": [0.1],
+            "tolerance": 0.0, "norm": "l2", "n_folds": 0, "svc": True}
+    assert svm_igd.check(good)["fold_class_weight"] is None
+    with pytest.raises(ParameterError, match=match):
+        svm_igd.check({**good, **change})

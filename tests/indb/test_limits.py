@@ -24,6 +24,8 @@ pytestmark = pytest.mark.postgres
 
 LIMITS = ["--max-threads", "2", "--max-features", "64", "--max-call-memory", str(8 << 20)]
 LONG_SVM = "SELECT * FROM learnedidx.svm_train('big', 'big_svm', 'y', 'features', max_iter => 1000000)"
+LONG_MADLIB_SVM = ("SELECT * FROM learnedidx.svm_classification('big', 'big_svm', 'y', 'features', NULL, NULL, NULL, "
+                   "'max_iter=100000000, tolerance=0')")
 
 
 @pytest.fixture(scope="module")
@@ -76,10 +78,11 @@ def _wait_active(probe, needle: str) -> int:
     raise AssertionError(f"no active {needle} call")
 
 
-def test_statement_timeout_ends_the_call_and_the_servers_work(ldb, small_server):
+@pytest.mark.parametrize("call", [LONG_SVM, LONG_MADLIB_SVM])
+def test_statement_timeout_ends_the_call_and_the_servers_work(ldb, small_server, call):
     ldb.execute("SET statement_timeout = '700ms'")
     with pytest.raises(psycopg.errors.QueryCanceled, match="^canceling statement due to statement timeout"):
-        ldb.execute(LONG_SVM)
+        ldb.execute(call)
     ldb.execute("SET statement_timeout = 0")
     assert ldb.execute("SELECT to_regclass('big_svm')").fetchone() == (None,)
     assert idle_within_a_second(small_server.pid) < 0.3  # two busy engine threads would burn ~2 s

@@ -252,52 +252,6 @@ def test_svm_output_tables_and_grouping(db):
     assert np.mean([p[0] for p in pred]) > 0.9
 
 
-def test_svm_classification_takes_madlibs_arguments(db):
-    rng = np.random.default_rng(6)
-    X = rng.normal(size=(400, 2))
-    y = X @ [1.0, 2.0] > 0
-    db.execute("CREATE TABLE houses (id serial, zip int, features float8[], expensive bool)")
-    with db.cursor().copy("COPY houses (zip, features, expensive) FROM STDIN") as cp:
-        for i, (x, c) in enumerate(zip(X, y)):
-            cp.write_row((i % 2, [float(v) for v in x], bool(c)))
-    db.execute("SELECT * FROM learnedidx.svm_classification('houses', 'houses_svm', 'expensive', 'features', "
-               "'linear', 'fit_intercept=true', 'zip', 'init_stepsize=0.05, max_iter=15, lambda=0.5, norm=L2')")
-    summary = row(db, "SELECT * FROM houses_svm_summary")
-    assert {k: summary[k] for k in ("kernel_func", "kernel_params", "grouping_col", "num_all_groups", "reg_params")} \
-        == {"kernel_func": "linear", "kernel_params": "fit_intercept=true", "grouping_col": "zip",
-            "num_all_groups": 2, "reg_params": "lambda=0.5, norm=L2, n_folds=0"}
-    for zip_ in (0, 1):
-        g = row(db, "SELECT coef, loss, norm_of_gradient, num_iterations FROM houses_svm WHERE zip = %s", zip_)
-        Xg, yg = X[zip_::2], y[zip_::2].astype(float)
-        # MADlib's lambda weighs ||w||^2 / 2 against the summed losses: lambda / n per row
-        loss, norm = _svm_oracle(np.c_[np.ones(len(yg)), Xg], yg, np.array(g["coef"]), 0.5 / len(yg))
-        assert (g["loss"], g["norm_of_gradient"], g["num_iterations"]) == \
-            (pytest.approx(loss, rel=1e-9), pytest.approx(norm, rel=1e-9), 15)
-    # MADlib's default linear kernel fits no intercept; MADlib's default params
-    db.execute("SELECT * FROM learnedidx.svm_classification('houses', 'houses_svm0', 'expensive', 'features')")
-    assert len(db.execute("SELECT coef FROM houses_svm0").fetchone()[0]) == 2
-    assert row(db, "SELECT optim_params, reg_params, num_iterations FROM houses_svm0_summary, houses_svm0") == {
-        "optim_params": "init_stepsize=0.01, max_iter=100, tolerance=1e-10",
-        "reg_params": "lambda=0.01, norm=L2, n_folds=0", "num_iterations": 100}
-    for params, error, match in [
-        ("decay_factor=0.5", psycopg.errors.FeatureNotSupported, "decay_factor is not supported"),
-        ("class_weight=balanced", psycopg.errors.FeatureNotSupported, "class_weight is not supported"),
-        ("n_folds=3", psycopg.errors.FeatureNotSupported, "n_folds is not supported"),
-        ("validation_result=v", psycopg.errors.FeatureNotSupported, "validation_result is not supported"),
-        ("eps_table=e", psycopg.errors.FeatureNotSupported, "eps_table is not supported"),
-        ("norm=L1", psycopg.errors.FeatureNotSupported, "norm 'L1'"),
-        ("max_iter=ten", psycopg.errors.InvalidParameterValue, "max_iter must be an integer"),
-        ("stepsize=1", psycopg.errors.InvalidParameterValue, "unknown svm_classification parameter stepsize"),
-        ("lambda", psycopg.errors.InvalidParameterValue, "name=value"),
-    ]:
-        with pytest.raises(error, match=match):
-            db.execute("SELECT * FROM learnedidx.svm_classification('houses', 'h_bad', 'expensive', 'features', "
-                       "NULL, NULL, NULL, %s)", (params,))
-    with pytest.raises(psycopg.errors.FeatureNotSupported, match="kernel_func 'gaussian'"):
-        db.execute("SELECT * FROM learnedidx.svm_classification('houses', 'h_bad', 'expensive', 'features', "
-                   "'gaussian')")
-
-
 def test_madlib_prediction_functions_over_coefficients(db):
     assert db.execute("SELECT learnedidx.linregr_predict('{1, 2, 3}', '{1, 10, 100}'), "
                       "learnedidx.logregr_predict('{0, 1}', '{1, -0.5}'), "

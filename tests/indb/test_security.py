@@ -327,10 +327,10 @@ def test_every_function_pins_search_path_or_has_a_standard_body(db):
         "WHERE e.extname = 'learnedidx'").fetchall()
     assert len(rows) > 20
     # predict and predict_proba set it in their C code around the queries reading a model; the
-    # MADlib functions over coefficients run no SQL
+    # MADlib functions over coefficients and the svm kernels' feature map run no SQL
     loose = [r[0] for r in rows if not r[3] and r[2] != ["search_path=pg_catalog, pg_temp"]
              and not (r[1] == "c" and r[0] in ("predict", "predict_proba", "linregr_predict", "logregr_predict",
-                                               "logregr_predict_prob"))]
+                                               "logregr_predict_prob", "_svm_features"))]
     assert loose == []
 
 
@@ -389,6 +389,12 @@ def test_the_callers_shadowing_functions_and_operators_are_not_called(db):
         assert db.execute(f"SELECT learnedidx.predict_table('sh_{tag}_pages', 'sh', 'sh_{tag}_pred')").fetchone() == \
             (80,)
         assert db.execute("SELECT count(*) FROM learnedidx.models").fetchone()[0] >= 2
+        # MADlib's svm: text labels mapped, grouping, a kernel, svm_predict's join and labels
+        db.execute(f"SELECT * FROM learnedidx.svm_classification('sh', 'sh_{tag}_svm', "
+                   "'CASE WHEN y > 0 THEN ''yes'' ELSE ''no'' END', 'features', 'gaussian', 'n_components=3', "
+                   "'g', 'max_iter=2')")
+        db.execute(f"SELECT learnedidx.svm_predict('sh_{tag}_svm', 'sh', 'id', 'sh_{tag}_svm_out')")
+        assert db.execute(f"SELECT count(*) FROM sh_{tag}_svm_out").fetchone() == (40,)  # g NULL: no group
         db.execute(f"SELECT learnedidx.drop_model('sh_{tag}_query')")
         db.execute(f"SELECT learnedidx.drop_algorithm('alg_{tag}')")
         db.execute("RESET search_path")

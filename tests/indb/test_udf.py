@@ -5,6 +5,7 @@ server's reply has no value for is an error, not a silent NULL."""
 from __future__ import annotations
 
 import ast
+import math
 import subprocess
 import sys
 import threading
@@ -16,7 +17,7 @@ import pytest
 import learnedidx
 from learnedidx import errors
 from learnedidx.indb import install
-from learnedidx.indb.udf import args, catalog, madlib_params, outputs, selectlist
+from learnedidx.indb.udf import args, catalog, madlib_params, outputs, selectlist, svm_kernels, svm_params
 
 ROOT = Path(learnedidx.__file__).resolve().parent
 SCRIPT = ROOT.parent / "extension" / "learnedidx--0.1.sql"
@@ -58,33 +59,80 @@ def test_keyvalues_are_madlibs_name_value_pairs():
             madlib_params.keyvalues(bad, "params")
 
 
-def test_svm_classification_takes_madlibs_defaults_and_names():
-    opts, summary = madlib_params.svm_classification(None, None, None)
-    assert opts == {"stepsize": 0.01, "max_iter": 100, "lambda": 0.01, "tolerance": 1e-10, "intercept": False,
-                    "lambda_per": "model"}
-    assert summary == {"kernel_func": "linear", "kernel_params": "fit_intercept=false",
-                       "optim_params": "init_stepsize=0.01, max_iter=100, tolerance=1e-10",
-                       "reg_params": "lambda=0.01, norm=L2, n_folds=0"}
-    opts, summary = madlib_params.svm_classification("Linear", "fit_intercept=TRUE",
-                                                     "init_stepsize=1, max_iter=7, norm=l2, n_folds=0")
-    assert opts["stepsize"] == 1.0 and opts["max_iter"] == 7 and opts["intercept"] is True
-    assert summary["optim_params"] == "init_stepsize=1.0, max_iter=7, tolerance=1e-10"
+def test_madlib_params_take_lists_and_braces():
+    """MADlib's cross-validation lists and class_weight mapping: a comma inside [], {} or () is
+    the value's (split_top split class_weight={-1:1, 1:10} in two)."""
+    assert selectlist.split_top("a={-1:1, 1:10}, b=[1, 2]") == ["a={-1:1, 1:10}", "b=[1, 2]"]
+    p = svm_params.params("init_stepsize=[0.01, 1], lambda=[20, 0.0002, 0.02], class_weight={-1:1, 1:10}, "
+                          "max_iter={5}, decay_factor=(0.5), n_folds=3", svc=True, grouped=False)
+    assert (p["init_stepsize"], p["lambda"], p["class_weight"], p["max_iter"], p["decay_factor"]) == \
+        ([0.01, 1.0], [20.0, 0.0002, 0.02], [("-1", 1.0), ("1", 10.0)], [5], [0.5])
+    assert svm_params.params(None, svc=False, grouped=True) == {
+        "init_stepsize": [0.01], "decay_factor": [0.9], "max_iter": [100], "tolerance": 1e-10, "lambda": [0.01],
+        "norm": "l2", "n_folds": 0, "validation_result": "", "epsilon": [0.01], "eps_table": "", "class_weight": None}
+    p = svm_params.params("class_weight=balanced, norm=L1, n_folds=3", True, False)  # no lists: no cross validation
+    assert (p["class_weight"], p["norm"], p["n_folds"]) == ("balanced", "l1", 3)
+    assert svm_params.kernel_params("gaussian", "gamma=1, fit_intercept=yes", 4) == {
+        "n_components": 100, "fit_intercept": True, "random_state": 1, "degree": 3, "coef0": 1,
+        "fit_in_memory": True, "gamma": 1.0}
+    assert [svm_params.kernel_name(k) for k in (None, "", "gau", "Poly", "linear")] == \
+        ["linear", "linear", "gaussian", "polynomial", "linear"]
 
 
-@pytest.mark.parametrize("kernel,kparams,params,error,match,hint", [
-    ("gaussian", None, None, errors.NotSupportedError, "kernel_func 'gaussian' is not supported", None),
-    (None, "gamma=1", None, errors.ParameterError, r"fit_intercept=true\|false only", None),
-    (None, None, "decay_factor=0.9", errors.NotSupportedError, "decay_factor is not supported", madlib_params.SVM_HINT),
-    (None, None, "n_folds=3", errors.NotSupportedError, "n_folds is not supported", madlib_params.SVM_HINT),
-    (None, None, "norm=L1", errors.NotSupportedError, "norm 'L1' is not supported", None),
-    (None, None, "stepsize=1", errors.ParameterError, "unknown svm_classification parameter stepsize", None),
-    (None, None, "max_iter=1.5", errors.ParameterError, "max_iter must be an integer", None),
-    (None, None, "lambda=inf", errors.ParameterError, "lambda must be finite", None),
+@pytest.mark.parametrize("params,svc,grouped,error,match", [
+    ("lambda=[0.1, 1]", True, False, errors.ParameterError, "cross validation needs n_folds of 2 or more"),
+    ("epsilon=[0.1, 1]", False, False, errors.ParameterError, "epsilon list several values"),
+    ("lambda=[0.1, 1], n_folds=3", True, True, errors.NotSupportedError, "with grouping is not supported"),
+    ("stepsize=1", True, False, errors.ParameterError, "stepsize is not a parameter of params"),
+    ("max_iter=1.5", True, False, errors.ParameterError, "max_iter must be an integer"),
+    ("init_stepsize=0", True, False, errors.ParameterError, "init_stepsize must be greater than 0"),
+    ("decay_factor=2", True, False, errors.ParameterError, "decay_factor must be at most 1"),
+    ("lambda=[]", True, False, errors.ParameterError, "lambda must list at least one value"),
+    ("norm=L3", True, False, errors.ParameterError, "norm must be L1 or L2"),
+    ("class_weight=heavy", True, False, errors.ParameterError, "class_weight must be balanced or"),
+    ("class_weight={a:1, b:2, c:3}", True, False, errors.ParameterError, "one or two labels"),
+    ("class_weight={a:x}", True, False, errors.ParameterError, "the class_weight of a must be a number"),
 ])
-def test_svm_classification_refuses_what_it_does_not_do(kernel, kparams, params, error, match, hint):
-    with pytest.raises(error, match=match) as e:
-        madlib_params.svm_classification(kernel, kparams, params)
-    assert e.value.hint == hint
+def test_madlib_svm_params_are_checked(params, svc, grouped, error, match):
+    with pytest.raises(error, match=match):
+        svm_params.params(params, svc, grouped)
+
+
+def test_kernel_names_and_params_are_checked():
+    with pytest.raises(errors.ParameterError, match="invalid kernel function 'rbf'"):
+        svm_params.kernel_name("rbf")
+    for bad, match in [("n_components=0", "n_components must be at least 1"), ("fit_intercept=maybe", "true or false"),
+                       ("gamma=-1", "gamma must be at least 0"), ("sigma=1", "sigma is not a parameter")]:
+        with pytest.raises(errors.ParameterError, match=match):
+            svm_params.kernel_params("gaussian", bad, 3)
+
+
+def test_random_features_are_madlibs():
+    """The random numbers of MADlib's kernels, Boost.Random 1.74's (figures from a C++ program
+    built with the boost headers MADlib is built with): minstd_rand seeded 2, normal(0, 0.5)
+    (the sum of 20000 draws: the ziggurat's tail is taken at draw 289), uniform(0, 2 pi) and
+    bernoulli(0.5)."""
+    normals = svm_kernels.normal_vector(20000, 0.0, 0.5, 2)
+    assert normals[:4] == [0.20909633744353712, 0.029771332908591835, 0.12005273582147191, -0.021886791904543818]
+    assert normals[288] == 1.8918193373241385  # beyond the ziggurat's base: its tail
+    assert math.fsum(normals) == 66.0865289853403
+    assert svm_kernels.uniform_vector(3, 0.0, 2 * math.pi, 2) == \
+        [0.00028246314884412604, 1.0685492677554664, 1.2736343988167884]
+    assert "".join(str(int(b)) for b in svm_kernels.bernoulli_vector(16, 1, 0, 0.5, 2)) == "1110011001111011"
+    g = svm_kernels.gaussian(2, 3, 0.5, 1, True)
+    assert (g.weights, g.offsets) == (svm_kernels.normal_vector(6, 0, 1.0, 2), svm_kernels.uniform_vector(3, 0, 2 * math.pi, 2))
+    assert (g.scale, [r[2] for r in g.random_rows]) == (math.sqrt(2 / 3), ["weights", "offsets"])
+    g2 = svm_kernels.gaussian(2, 3, 0.5, 1, True, in_memory=False)  # an engine per feature, seeded 2 and 3
+    per_feature = [svm_kernels.normal_vector(3, 0, 1.0, 2), svm_kernels.normal_vector(3, 0, 1.0, 3)]
+    assert g2.weights == [per_feature[i][k] for k in range(3) for i in range(2)]
+    # MADlib's _random table of 'poly', 'n_components=8, degree=2, coef0=1' on 2 features: its nCr
+    # divides by (r + 1)!, so (1 + t)^2's coefficients give sqrt(2), 2, sqrt(8)
+    p = svm_kernels.polynomial(2, 8, 2, 1.0, 1, False)
+    assert {desp: val for _, val, desp in p.random_rows} == {
+        "coefs": [2.8284271247461903, 2, 2, 2], "reps": [2, 1, 1, 1], "other_features": [1.4142135623730951] * 4,
+        "weights": [1, 1, 1, -1, -1, 1, 1, -1, -1, 1]}
+    assert (p.reps, p.offsets, p.scale) == ([2, 1, 1, 1], [2.8284271247461903, 2, 2, 2] + [1.4142135623730951] * 4,
+                                            math.sqrt(1 / 8))
 
 
 # ------------------------------------------------------------------ arguments

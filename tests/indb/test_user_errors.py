@@ -14,6 +14,7 @@ import pytest
 
 from learnedidx import errors
 from learnedidx.server import protocol as P
+from tests.indb.conftest import connect, make_role
 
 pytestmark = pytest.mark.postgres
 
@@ -152,6 +153,7 @@ def _kinds_reached(db) -> dict[str, psycopg.Error]:
         errors.DuplicateColumnError: "SELECT * FROM learnedidx.linregr_train('k', 'm', 'y', 'x', 'r2')",
         errors.DuplicateTableError: "SELECT * FROM learnedidx.linregr_train('k', 'taken', 'y', 'x')",
         errors.NameTooLongError: f"SELECT * FROM learnedidx.linregr_train('k', '{'n' * 60}', 'y', 'x')",
+        errors.NotAModelError: "SELECT learnedidx.svm_predict('taken', 'k', 'y', 'scored')",
     }
     got = {}
     for cls, sql in calls.items():
@@ -162,6 +164,13 @@ def _kinds_reached(db) -> dict[str, psycopg.Error]:
             continue
         # _offload itself returns the reply: the SQL side raises its sqlstate (learnedidx._train)
         got[cls] = json.loads(r)["error"]["sqlstate"]
+    # a model's feature expression is its owner's SQL: another role may not evaluate it
+    db.execute("SELECT * FROM learnedidx.svm_regression('k', 'km', 'y', 'ARRAY[x]', NULL, NULL, NULL, 'max_iter=1')")
+    with connect(db, make_role(db, "not_the_owner")) as other:
+        try:
+            other.execute("SELECT learnedidx.svm_predict('km', 'k', 'y', 'scored')")
+        except psycopg.Error as exc:
+            got[errors.InsufficientPrivilegeError] = exc.sqlstate
     return got
 
 

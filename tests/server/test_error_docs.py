@@ -14,7 +14,8 @@ CLIENT_SIDE = {"argument-type", "argument", "key-type", "key-length", "record-to
                "store-forked", "store-locked", "corrupt-log", "store-io", "log-failed", "workload", "trace-format",
                "unavailable", "unsafe-path", "server-running", "no-pidfile",
                # raised by the extension's training functions in the database (learnedidx/indb/udf)
-               "sql-syntax", "undefined-column", "duplicate-column", "duplicate-table", "name-too-long"}
+               "sql-syntax", "undefined-column", "duplicate-column", "duplicate-table", "name-too-long",
+               "not-a-model", "insufficient-privilege"}
 
 
 def _section(text: str, heading: str) -> str:

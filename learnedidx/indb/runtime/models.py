@@ -55,8 +55,6 @@ def fit(trainee: str | Algorithm, src, params: dict, *, grouped: bool, threads: 
     share (``intercept``, ``num_features``)."""
     name = trainee if isinstance(trainee, str) else trainee.name
     params = dict(params)
-    # MADlib's svm_classification weighs lambda against the summed losses: per row, lambda / n
-    per_model = params.pop("lambda_per", None) == "model"
     if not grouped and name != "svm":  # one model, trained while the rows stream
         if params.get("intercept") is False:
             src.set_lead(0)
@@ -89,8 +87,7 @@ def fit(trainee: str | Algorithm, src, params: dict, *, grouped: bool, threads: 
     results = []
     for group, rows in parts:
         Xg, yg = data_X[rows], y[rows]
-        p = {**params, "lambda": params["lambda"] / len(yg)} if per_model and "lambda" in params else params
-        out = train(trainee, InMemory(with_design(Xg, p), yg, checked=True), p, threads=threads, seed=seed,
+        out = train(trainee, InMemory(with_design(Xg, params), yg, checked=True), params, threads=threads, seed=seed,
                     stop=stop)
         results.append(result(group, out, len(yg), _statistics(name, out, Xg, yg, len(yg)), extra))
     return results, {"intercept": bool(intercept), "num_features": int(X.shape[1])}

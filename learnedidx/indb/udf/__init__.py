@@ -7,10 +7,13 @@ directly (tests/indb/test_udf.py) and through SQL.
 * :mod:`.args`: the training functions' arguments, checked (docs/indb.md says which checks
   are this layer's and which the server's);
 * :mod:`.selectlist`: SQL select lists split into items, identifiers;
-* :mod:`.madlib_params`: MADlib's ``name=value, ...`` parameter strings;
+* :mod:`.madlib_params`: MADlib's ``name=value, ...`` parameter strings (values and lists);
 * :mod:`.outputs`: an output table's rows and its summary table, from the server's reply;
 * :mod:`.session`: the PL/Python session: prepared statements, errors raised as PostgreSQL's;
-* :mod:`.train`: the training driver, ``learnedidx._train_impl``.
+* :mod:`.grouped`: a grouped call's stream and its groups, in one statement;
+* :mod:`.train`: the training driver, ``learnedidx._train_impl``;
+* :mod:`.svm`: MADlib's svm functions (through the driver), with :mod:`.svm_params` (their
+  arguments) and :mod:`.svm_kernels` (their kernels' random features, drawn as MADlib draws them).
 
 These modules run inside the database server, in the PL/Python interpreter of a backend:
 they import the standard library, :mod:`learnedidx.errors`, :mod:`learnedidx.checks` and each

@@ -1,25 +1,21 @@
-"""MADlib's parameter strings (``'name=value, name=value'``) and what ``svm_classification``'s
-mean to learnedidx's SVM."""
+"""MADlib's parameter strings: ``'name=value, name=value'``, a value a number, a word or a list
+(``[0.01, 1]``, ``{0.001}``), taken as MADlib's ``extract_keyvalue_params`` types them."""
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from learnedidx import checks
-from learnedidx.errors import NotSupportedError, ParameterError
+from learnedidx.errors import ParameterError
 from learnedidx.indb.udf.selectlist import split_top
 
-#: svm_classification's params we take, as the settings they mean.
-SVM_PARAMS = {"init_stepsize": "stepsize", "max_iter": "max_iter", "lambda": "lambda", "tolerance": "tolerance"}
-#: Those we refuse unless left at MADlib's default (None: refused whatever the value).
-SVM_REFUSED = {"decay_factor": None, "n_folds": "0", "validation_result": "", "epsilon": None, "eps_table": "",
-               "class_weight": ""}
-#: MADlib's defaults of the params svm_classification takes.
-SVM_DEFAULTS = {"init_stepsize": 0.01, "max_iter": 100, "lambda": 0.01, "tolerance": 1e-10, "norm": "l2"}
-SVM_HINT = ("learnedidx steps with init_stepsize / (1 + init_stepsize * lambda * t) and takes "
-            "init_stepsize, max_iter, lambda, tolerance and norm=L2")
+#: MADlib's (and Python's strtobool's) spellings of true and false.
+TRUE, FALSE = ("y", "yes", "t", "true", "on", "1"), ("n", "no", "f", "false", "off", "0")
 
 
 def keyvalues(text: str | None, what: str) -> dict[str, str]:
     """MADlib's ``'name=value, name=value'`` parameter string ``what``, as a dict of lower-case
-    names to values (quotes around a value taken off)."""
+    names to values (quotes around a value taken off; a list keeps its brackets; the last of a
+    repeated name wins, as in MADlib)."""
     out = {}
     for item in split_top(text or ""):
         if not item:
@@ -27,45 +23,44 @@ def keyvalues(text: str | None, what: str) -> dict[str, str]:
         name, eq, value = item.partition("=")
         if not eq or not name.strip():
             raise ParameterError(f"{what} must be name=value pairs, not {item!r}")
-        out[name.strip().lower()] = value.strip().strip("'\"")
+        out[name.strip().strip('"').lower()] = value.strip().strip("'\"")
     return out
 
 
-def svm_classification(kernel_func: str | None, kernel_params: str | None,
-                       params: str | None) -> tuple[dict, dict[str, str]]:
-    """The training parameters MADlib's svm_classification arguments mean (its defaults where
-    they say nothing), and the summary table's kernel and parameter columns."""
-    kernel = (kernel_func or "linear").strip().lower()
-    if kernel != "linear":
-        raise NotSupportedError(f"kernel_func {kernel!r} is not supported: 'linear' is")
-    kp = keyvalues(kernel_params, "kernel_params")
-    fit_intercept = kp.pop("fit_intercept", "false").lower()
-    if kp or fit_intercept not in ("true", "false"):
-        raise ParameterError(f"kernel_params of the linear kernel take fit_intercept=true|false only, "
-                             f"not {kernel_params!r}")
-    settings: dict = dict(SVM_DEFAULTS)
-    for name, value in keyvalues(params, "params").items():
-        if name in SVM_REFUSED:
-            if SVM_REFUSED[name] is None or value.lower() != SVM_REFUSED[name]:
-                err = NotSupportedError(f"svm_classification parameter {name} is not supported")
-                err.hint = SVM_HINT
-                raise err
-        elif name == "norm":
-            if value.lower() != "l2":
-                raise NotSupportedError(f"norm {value!r} is not supported: L2 is")
-        elif name not in SVM_PARAMS:
-            raise ParameterError(f"unknown svm_classification parameter {name}")
-        elif name == "max_iter":
-            settings[name] = checks.integer(f"svm_classification parameter {name}", value, parse=True,
-                                            error=ParameterError)
-        else:
-            settings[name] = checks.number(f"svm_classification parameter {name}", value, parse=True,
-                                           error=ParameterError)
-    opts = {SVM_PARAMS[k]: v for k, v in settings.items() if k in SVM_PARAMS}
-    opts["intercept"] = fit_intercept == "true"
-    opts["lambda_per"] = "model"  # MADlib's lambda weighs ||w||^2 against the sum of the losses
-    summary = {"kernel_func": kernel, "kernel_params": f"fit_intercept={fit_intercept}",
-               "optim_params": "init_stepsize=%r, max_iter=%d, tolerance=%r" % (
-                   settings["init_stepsize"], settings["max_iter"], settings["tolerance"]),
-               "reg_params": "lambda=%r, norm=L2, n_folds=0" % settings["lambda"]}
-    return opts, summary
+def items(value: str) -> list[str]:
+    """The values of a list value (``[a, b]``, ``{a, b}``, ``(a, b)``; a scalar is a list of
+    one), as MADlib splits them."""
+    inner = value.strip()
+    if inner[:1] in "[{(" and inner[-1:] in "]})":
+        inner = inner[1:-1]
+    out = [v.strip().strip('"') for v in split_top(inner)]
+    return [] if out == [""] else out
+
+
+def boolean(name: str, value: str) -> bool:
+    """A MADlib boolean (y, yes, t, true, on, 1; n, no, f, false, off, 0; any case)."""
+    v = value.strip().lower()
+    if v not in TRUE + FALSE:
+        raise ParameterError(f"{name} must be true or false, not {value!r}")
+    return v in TRUE
+
+
+def integer(name: str, value: str, lo: int | None = None) -> int:
+    return checks.integer(name, value, lo, error=ParameterError, parse=True)
+
+
+def number(name: str, value: str, lo: float | None = None, hi: float | None = None, above: bool = False) -> float:
+    return checks.number(name, value, lo, hi, above=above, error=ParameterError, parse=True)
+
+
+def typed(text: str | None, what: str, types: dict[str, Callable[[str, str], Any]],
+          defaults: dict[str, Any]) -> dict[str, Any]:
+    """MADlib's parameter string ``what`` with each value converted by its name's function in
+    ``types`` (``fn(name, value)``), the ``defaults`` for the others; an unknown name is an
+    error, as in MADlib."""
+    out = dict(defaults)
+    for name, value in keyvalues(text, what).items():
+        if name not in types:
+            raise ParameterError(f"{name} is not a parameter of {what} (its parameters: {', '.join(sorted(types))})")
+        out[name] = types[name](name, value)
+    return out

@@ -146,9 +146,16 @@ def summary_columns(*, algorithm: str, method: str, source: str, out: str, dep: 
                      ("num_all_groups", I4, len(results)), ("num_failed_groups", I4, nfailed)]
         head += [("num_rows_processed", I8, processed), ("num_missing_rows_skipped", I8, skipped),
                  ("grouping_col", TEXT, grouping)]
-    tail = [("grouping_columns", "pg_catalog.text[]", None if groups_named is None else text_array(groups_named)),
-            ("intercept", "pg_catalog.bool", reply["intercept"]), ("num_features", I4, reply["num_features"]),
-            ("feature_expression", TEXT, feature_expression(indep, reply["features_form"], groups_named is not None)),
+    return head + own_columns(opts=opts, reply=reply, groups_named=groups_named, intercept=reply["intercept"],
+                              features=feature_expression(indep, reply["features_form"], groups_named is not None))
+
+
+def own_columns(*, opts: dict, reply: dict, groups_named: list[str] | None, intercept: bool,
+                features: str) -> list[tuple[str, str, Any]]:
+    """The summary's columns after MADlib's: learnedidx's (what predict reads: the grouping
+    columns, whether coef[1] is an intercept, the feature expression; and how it trained)."""
+    return [("grouping_columns", "pg_catalog.text[]", None if groups_named is None else text_array(groups_named)),
+            ("intercept", "pg_catalog.bool", intercept), ("num_features", I4, reply["num_features"]),
+            ("feature_expression", TEXT, features),
             ("params", "pg_catalog.jsonb", json.dumps({k: v for k, v in opts.items() if k != "grouped"})),
             ("read_path", TEXT, reply["path"]), ("timings", "pg_catalog.jsonb", json.dumps(reply["timings"]))]
-    return head + tail

@@ -11,7 +11,9 @@ _ARRAY = re.compile(r"(?is)\s*array\s*\[(.*)\]\s*$")
 
 
 def split_top(text: str) -> list[str]:
-    """The comma-separated items of a select list, commas inside (), [] or quotes aside."""
+    """The comma-separated items of a select list (or of MADlib's ``name=value`` parameter
+    strings), commas inside (), [], {} or quotes aside: ``'lambda=[0.1, 1], class_weight={-1:1,
+    1:10}'`` has two items."""
     items: list[str] = []
     cur: list[str] = []
     depth, quote = 0, None
@@ -20,9 +22,9 @@ def split_top(text: str) -> list[str]:
             quote = None if ch == quote else quote
         elif ch in "'\"":
             quote = ch
-        elif ch in "([":
+        elif ch in "([{":
             depth += 1
-        elif ch in ")]":
+        elif ch in ")]}":
             depth -= 1
         elif ch == "," and depth == 0:
             items.append("".join(cur).strip())
@@ -45,10 +47,16 @@ def feature_items(indep: str) -> tuple[list[str], bool | None]:
     """The items of ``indep`` and the intercept it states: MADlib's ``'ARRAY[1, x1, x2]'``
     states one (true with a 1 among the items, which is left out, false without); any other
     form states none (None)."""
-    array_form = _ARRAY.match(indep)
-    items = split_top(array_form.group(1) if array_form else indep)
+    listed = array_items(indep)
+    items = split_top(indep) if listed is None else listed
     if "" in items:
         raise SQLSyntaxError(f"indep lists an empty item: {indep!r}")
-    if not array_form:
+    if listed is None:
         return items, None
     return (items[1:] if items and items[0] == "1" else items), "1" in items
+
+
+def array_items(indep: str) -> list[str] | None:
+    """The items of MADlib's ``'ARRAY[...]'`` form of ``indep`` (None for another form)."""
+    array_form = _ARRAY.match(indep)
+    return None if array_form is None else split_top(array_form.group(1))

@@ -4,6 +4,7 @@ learnedidx's errors raised as PostgreSQL's, with their SQLSTATE and hint."""
 from __future__ import annotations
 
 import functools
+import json
 from typing import Any, Callable
 
 from learnedidx.errors import LearnedIdxError, RemoteError
@@ -56,6 +57,18 @@ class Session:
 
     def quote_literal(self, value: str) -> str:
         return self.plpy.quote_literal(value)
+
+
+def server_result(raw: str) -> dict:
+    """The result of the server's reply ``raw`` (JSON text), or its error raised (with the
+    reply's SQLSTATE)."""
+    reply = json.loads(raw)
+    if not reply.get("ok"):
+        e = reply.get("error") or {}
+        err = RemoteError(e.get("kind") or "internal", e.get("message", "unknown error"))
+        err.sqlstate = e.get("sqlstate") or "XX000"
+        raise err
+    return reply["result"]
 
 
 def raise_in_postgres(plpy: Any, exc: LearnedIdxError) -> None:

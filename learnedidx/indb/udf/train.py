@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from learnedidx.errors import DuplicateTableError, NameTooLongError, NotSupportedError, RemoteError
-from learnedidx.indb.udf import args, catalog, madlib_params, outputs
+from learnedidx.errors import DuplicateTableError, NameTooLongError, NotSupportedError
+from learnedidx.indb.udf import args, catalog, grouped, outputs, svm
 from learnedidx.indb.udf.selectlist import feature_items, ident
-from learnedidx.indb.udf.session import Session, sql_function
+from learnedidx.indb.udf.session import Session, server_result, sql_function
 
 #: The statements of a training call, prepared once per session.
 STATEMENTS = {
@@ -33,24 +33,15 @@ STATEMENTS = {
 MAX_NAME = 63
 
 
-def _reply(raw: str) -> dict:
-    """The server's reply: its result, or its error raised."""
-    reply = json.loads(raw)
-    if not reply.get("ok"):
-        e = reply.get("error") or {}
-        err = RemoteError(e.get("kind") or "internal", e.get("message", "unknown error"))
-        err.sqlstate = e.get("sqlstate") or "XX000"
-        raise err
-    return reply["result"]
-
-
 @sql_function
 def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: str | None, dep: str | None,
           indep: str | None, params: str | None, caller_path: str) -> list[dict]:
     """Train and write the model; returns one row (learnedidx.train_result) per model."""
-    db = Session(plpy, SD, STATEMENTS)
-    args.required(source=source, out_table=out_table, dep=dep, indep=indep)
+    db = Session(plpy, SD, {**STATEMENTS, **svm.STATEMENTS})
     opts = args.params_object(params)
+    if algorithm == "svm" and "madlib_svm" in opts:  # MADlib's svm functions, svm_predict too (svm.py)
+        return svm.run(db, source, out_table, dep, indep, opts["madlib_svm"], caller_path)
+    args.required(source=source, out_table=out_table, dep=dep, indep=indep)
     args.unsupported(algorithm, opts)
     grouping = opts.pop("grouping_cols", None)
     reader = args.reader(opts.pop("reader", None) or db.one("setting", "learnedidx.reader")["v"])
@@ -60,15 +51,6 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
     threads = args.threads(threads)
     if threads is not None:
         opts["threads"] = threads
-
-    # MADlib's svm_classification: its kernel and its parameter strings.
-    svm_madlib = opts.pop("svm_classification", None)
-    svm_summary = None
-    if svm_madlib is not None:
-        settings, svm_summary = madlib_params.svm_classification(
-            svm_madlib.get("kernel_func"), svm_madlib.get("kernel_params"), svm_madlib.get("params"))
-        opts.update(settings)
-        svm_summary["version_number"] = db.one("version")["extversion"]
 
     request = {"algorithm": algorithm, "params": opts, "dep": dep, "indep": indep}
     method = algorithm
@@ -125,20 +107,9 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
                      query if reader != "pages" else None, caller_path)["r"]
         keys = None
     else:
-        # One statement, so one snapshot, reads the groups (their values and rows) and streams
-        # the rows numbered by group; both are the caller's SQL, evaluated with its search_path.
-        k = ", ".join("src.%s AS c%d" % (db.quote_ident(g), i) for i, g in enumerate(groups))
-        order = ", ".join("k.c%d" % i for i in range(len(groups)))
-        obj = ", ".join("%s, k.c%d" % (db.quote_literal(g), i) for i, g in enumerate(groups))
-        stmt = ("SELECT learnedidx._offload('indb.train', $1::pg_catalog.jsonb, NULL, NULL, $2, $3) AS r, "
-                "(SELECT pg_catalog.jsonb_build_object('keys', pg_catalog.array_agg(pg_catalog.jsonb_build_object(%s)"
-                "::pg_catalog.text ORDER BY %s), 'rows', pg_catalog.array_agg(k.n ORDER BY %s))::pg_catalog.text "
-                "FROM (SELECT %s, pg_catalog.count(*) AS n FROM %s AS src GROUP BY %s) AS k) AS keys" % (
-                    obj, order, order, k, src["from_sql"], ", ".join(str(i + 1) for i in range(len(groups)))))
-        row = db.as_caller(caller_path, lambda: db.execute(stmt, ["text", "text", "text"],
-                                                           [json.dumps(request), query, caller_path])[0])
-        raw, keys = row["r"], json.loads(row["keys"])
-    reply = _reply(raw)
+        raw, keys = grouped.offload(db, request, query, [(g, "src.%s" % db.quote_ident(g)) for g in groups],
+                                    src["from_sql"], caller_path)
+    reply = server_result(raw)
 
     # The output table: one row per model (per group with grouping).
     results = outputs.groups(reply, keys)
@@ -157,8 +128,8 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
         plpy.execute(insert, row_values if groups is None else [keys["keys"][i]] + row_values)
 
     # The summary table: MADlib's columns for the algorithm, then ours.
-    if algorithm == "svm" and svm_summary is None:
-        svm_summary = outputs.svm_summary(db.one("version")["extversion"], reply["intercept"], opts)
+    svm_summary = outputs.svm_summary(db.one("version")["extversion"], reply["intercept"], opts) \
+        if algorithm == "svm" else None
     cols = outputs.summary_columns(algorithm=algorithm, method=method, source=source, out=out, dep=dep, indep=indep,
                                    opts=opts, reply=reply, results=results,
                                    grouping=grouping if groups is not None else None, groups_named=groups,

@@ -20,7 +20,7 @@ from learnedidx import checks
 from learnedidx.errors import (BadRequestError, BuiltinNameError, CancelledError, NotSupportedError, ParameterError, TooLargeError,
                                TrainingDataError)
 from learnedidx.indb import runtime
-from learnedidx.indb.runtime import models, stats
+from learnedidx.indb.runtime import models, stats, svm_igd
 from learnedidx.indb.dsl import Algorithm, compile_algorithm
 from learnedidx.indb.udf import catalog
 from learnedidx.indb.read import memory, strider
@@ -83,11 +83,15 @@ def indb_train(args, arrays, ctx):
         raise BadRequestError("params must be a JSON object")
     params = dict(args.get("params") or {})
     grouped = params.pop("grouped", False) is True
-    if algorithm in runtime.ALGORITHMS:
+    # MADlib's svm_classification, svm_regression and svm_one_class: MADlib's own training
+    igd = svm_igd.check(params.pop("igd")) if algorithm == "svm" and "igd" in params else None
+    if igd is not None:
+        trainee: str | Algorithm = algorithm
+    elif algorithm in runtime.ALGORITHMS:
         if grouped and algorithm not in catalog.GROUPABLE:
             raise NotSupportedError(f"{algorithm} trains one model: grouping is not supported")
         runtime.check_params(algorithm, params)  # before reading any data
-        trainee: str | Algorithm = algorithm
+        trainee = algorithm
     else:
         trainee = _dsl(algorithm, args.get("dsl_source"))
     threads = _threads(params, limits.max_threads)
@@ -108,6 +112,8 @@ def indb_train(args, arrays, ctx):
             data, extra = _factor_data(X, y, rank, threads, limits.max_call_bytes)
             out = runtime.train(trainee, data, params, threads=threads, seed=seed, stop=closed.is_set)
             groups, shared = [models.result(None, out, len(y), {}, extra)], {"intercept": False, "num_features": 2}
+        elif igd is not None:
+            groups, shared = svm_igd.fit(src, igd, grouped, closed.is_set)
         else:
             groups, shared = models.fit(trainee, src, params, grouped=grouped, threads=threads, seed=seed,
                                         stop=closed.is_set)
@@ -153,3 +159,4 @@ def warm_up(server) -> None:
         except CancelledError:
             return
     stats.svm(np.zeros(3), X, 2 * y - 1, 0.1, np.ones(3, bool))
+    svm_igd.warm_up()
