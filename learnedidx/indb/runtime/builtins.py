@@ -5,6 +5,8 @@ The SQL training functions pass MADlib's parameter names;
 """
 from learnedidx.indb.udf.catalog import BUILTINS
 
+# linregr trains through learnedidx.indb.runtime.lstsq (the R factor of the rows, never X'X);
+# this source says the same least squares in the DSL and gives its cost model (accel_seconds).
 LINREGR = '''
 epochs = 1                      # one pass: sum X^T X, X^T y, y and y^2, then solve
 

@@ -62,10 +62,10 @@ def failed(g: dict) -> bool:
     return g["model"] is None or (coef is not None and any(x != x or x in (float("inf"), float("-inf")) for x in coef))
 
 
-def model_columns(algorithm: str, results: list[dict]) -> list[tuple[str, str]]:
+def model_columns(algorithm: str, results: list[dict], hetero: bool = False) -> list[tuple[str, str]]:
     """The columns of the output table (a user algorithm that maps labels has MADlib's
-    dep_var_mapping too)."""
-    own = catalog.columns(algorithm)
+    dep_var_mapping too; ``hetero``: linregr's Breusch-Pagan columns)."""
+    own = catalog.columns(algorithm, hetero)
     if algorithm not in catalog.BUILTINS and "labels" in (results[0]["model"] or {}):
         own = own + [("dep_var_mapping", F8A)]
     return own + catalog.TIMES
@@ -123,9 +123,10 @@ def svm_summary(version: str, intercept: bool, opts: dict) -> dict[str, str]:
 
 def summary_columns(*, algorithm: str, method: str, source: str, out: str, dep: str, indep: str, opts: dict,
                     reply: dict, results: list[dict], grouping: str | None, groups_named: list[str] | None,
-                    svm: dict[str, str] | None) -> list[tuple[str, str, Any]]:
+                    svm: dict[str, str] | None, groups_sql: list[str] | None = None) -> list[tuple[str, str, Any]]:
     """The summary table's columns (name, type, value): MADlib's for the algorithm, then ours.
-    ``svm``: the kernel and parameter columns of an svm model."""
+    ``svm``: the kernel and parameter columns of an svm model; ``groups_sql``: each group's SQL
+    over a row of the source (its column, or its expression), which predict_table evaluates."""
     processed = sum(g["num_rows_processed"] for g in results)
     skipped = sum(g["rows"] for g in results) - processed
     nfailed = sum(1 for g in results if failed(g))
@@ -147,6 +148,7 @@ def summary_columns(*, algorithm: str, method: str, source: str, out: str, dep: 
         head += [("num_rows_processed", I8, processed), ("num_missing_rows_skipped", I8, skipped),
                  ("grouping_col", TEXT, grouping)]
     tail = [("grouping_columns", "pg_catalog.text[]", None if groups_named is None else text_array(groups_named)),
+            ("grouping_expressions", "pg_catalog.text[]", None if groups_sql is None else text_array(groups_sql)),
             ("intercept", "pg_catalog.bool", reply["intercept"]), ("num_features", I4, reply["num_features"]),
             ("feature_expression", TEXT, feature_expression(indep, reply["features_form"], groups_named is not None)),
             ("params", "pg_catalog.jsonb", json.dumps({k: v for k, v in opts.items() if k != "grouped"})),

@@ -52,3 +52,33 @@ def feature_items(indep: str) -> tuple[list[str], bool | None]:
     if not array_form:
         return items, None
     return (items[1:] if items and items[0] == "1" else items), "1" in items
+
+
+def one_expression(item: str, what: str) -> str:
+    """``item`` (stripped), checked to be one SQL expression as written: quotes closed,
+    parentheses and brackets balanced and never closing what it did not open, and no statement
+    separator, comment or dollar quote outside quotes; so that, parenthesized, it stays one
+    expression of the statement it is put in.  SQLSyntaxError (42601) otherwise, naming ``what``."""
+    text = item.strip()
+    depth, quote, prev = 0, None, ""
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            if ch == "'" and prev in "eE" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] in "_$")):
+                break  # an escape string: E'\'' closes where the scan cannot tell
+            quote = ch
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+            if depth < 0:
+                break
+        elif ch == ";" or text.startswith(("--", "/*"), i) or \
+                (ch == "$" and not (prev.isalnum() or prev in "_$")):
+            break
+        prev = ch
+    else:
+        if text and depth == 0 and quote is None:
+            return text
+    raise SQLSyntaxError(f"{what} must be SQL expressions, comma-separated: {item!r} is not one")
