@@ -37,12 +37,15 @@ epochs = 20                     # Newton (IRLS) iterations
 tolerance = 1e-6
 labels = "binary"
 
+# y - sigmoid(z) and sigmoid(z)(1 - sigmoid(z)) as MADlib computes them: without the
+# cancellation of 1 - sigmoid(z), which is 0 from z = 37 on (separable data would stall there)
 def acc_grad(w, x, y):
-    return (y - sigmoid(dot(w, x))) * x
+    z = dot(w, x)
+    return (y * sigmoid(-z) - (1 - y) * sigmoid(z)) * x  # y is 0 or 1
 
 def acc_hess(w, x, y):
-    p = sigmoid(dot(w, x))
-    return p * (1 - p) * outer(x, x)
+    z = dot(w, x)
+    return sigmoid(z) * sigmoid(-z) * outer(x, x)
 
 def update(w, grad, hess):
     return w + solve(hess + 1e-10 * eye(len(w)), grad)
