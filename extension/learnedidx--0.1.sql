@@ -94,6 +94,12 @@ CREATE AGGREGATE learnedidx.linregr(float8, float8[]) (
     SFUNC = learnedidx.linregr_transition, STYPE = learnedidx.bytea8, FINALFUNC = learnedidx.linregr_final,
     COMBINEFUNC = learnedidx.linregr_merge_states, INITCOND = '', PARALLEL = SAFE);
 
+-- The aggregate's state itself (no final function): per-shard states to merge with
+-- linregr_merge_states and finish with linregr_final.
+CREATE AGGREGATE learnedidx.linregr_state(float8, float8[]) (
+    SFUNC = learnedidx.linregr_transition, STYPE = learnedidx.bytea8,
+    COMBINEFUNC = learnedidx.linregr_merge_states, INITCOND = '', PARALLEL = SAFE);
+
 CREATE FUNCTION learnedidx.hetero_linregr_transition(state learnedidx.bytea8, y float8, x float8[], coef float8[])
 RETURNS learnedidx.bytea8 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
 AS 'MODULE_PATHNAME', 'learnedidx_hetero_linregr_transition';
