@@ -146,13 +146,13 @@ extern char *lx_stream_query(Conn *c, const char *query, const char *search_path
  * allocation, n and everything after it are 8-byte aligned. */
 #define LX_LINREGR_VERSION 1
 #define LX_LINREGR_HEAD 28		/* bytes of the payload before R */
-#define LX_LINREGR_MAX_K 65535
+#define LX_LINREGR_MAX_K 4096		/* a state of 128 MiB; MADlib's 65535 would exceed palloc's 1 GB */
 
 /* qr.c */
 extern void lx_qr_fold_row(double *R, int p, double *r, int start);
 extern bool lx_tri_solve(const double *R, int ld, int k, const double *b, double *x);
 extern bool lx_tri_inverse(const double *R, int ld, int k, double *inv);
-extern int	lx_jacobi_svd(double *A, double *V, double *sigma, int k);
+extern int	lx_jacobi_svd(double *A, double *V, double *sigma, int k, void (*each_sweep) (void));
 extern double lx_student_t_sf2(double t, double df);
 extern double lx_chi2_sf(double x, double df);
 

@@ -17,6 +17,7 @@
 #include "access/htup_details.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
@@ -56,7 +57,7 @@ state_read(bytea *s)
 		goto bad;
 	memcpy(&version, d, 2);
 	memcpy(&k, d + 2, 2);
-	if (version != LX_LINREGR_VERSION || len != state_bytes(k))
+	if (version != LX_LINREGR_VERSION || k > LX_LINREGR_MAX_K || len != state_bytes(k))
 		goto bad;
 	st.k = k;
 	st.p = k + 1;
@@ -266,6 +267,12 @@ typedef struct LinregrFit
 	double		condition_no;	/* sigma_max / sigma_min of X (MADlib's sqrt of X'X's eigenvalue ratio) */
 } LinregrFit;
 
+static void
+interruptible(void)
+{
+	CHECK_FOR_INTERRUPTS();
+}
+
 /* The singular values of R[0:k, 0:k] with the columns scaled by `scale` (NULL: none), and with
  * U sigma (by columns, into A) and V when they are given. */
 static void
@@ -278,7 +285,7 @@ singular_values(const LinregrState *st, const double *scale, double *A, double *
 	for (j = 0; j < k; j++)
 		for (i = 0; i < k; i++)
 			A[(size_t) j * k + i] = i <= j ? st->R[(size_t) i * st->p + j] * (scale ? scale[j] : 1.0) : 0.0;
-	lx_jacobi_svd(A, V, sigma, k);
+	lx_jacobi_svd(A, V, sigma, k, interruptible);
 }
 
 static void

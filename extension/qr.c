@@ -100,10 +100,10 @@ lx_tri_inverse(const double *R, int ld, int k, double *inv)
 
 /* The singular value decomposition A = U diag(sigma) V^T of the k x k matrix A, stored by columns
  * (A[j * k + i] is A(i, j)), by one-sided Jacobi rotations of its columns: on return column j of
- * A is sigma[j] u_j and V (k x k, by columns) holds the right singular vectors.  Returns the
- * sweeps made (at most 64). */
+ * A is sigma[j] u_j and V (k x k, by columns) holds the right singular vectors; each_sweep (if
+ * given) is called before each sweep.  Returns the sweeps made (at most 64). */
 int
-lx_jacobi_svd(double *A, double *V, double *sigma, int k)
+lx_jacobi_svd(double *A, double *V, double *sigma, int k, void (*each_sweep) (void))
 {
 	int			sweep,
 				i,
@@ -117,6 +117,9 @@ lx_jacobi_svd(double *A, double *V, double *sigma, int k)
 	for (sweep = 1; sweep <= 64; sweep++)
 	{
 		bool		rotated = false;
+
+		if (each_sweep)
+			each_sweep();
 
 		for (i = 0; i < k - 1; i++)
 			for (j = i + 1; j < k; j++)

@@ -152,6 +152,19 @@ def test_the_aggregate_runs_parallel_and_partial_aggregation_and_its_state_is_th
 
 
 @pytest.mark.postgres
+def test_the_aggregate_refuses_bytes_that_are_no_state_rows_of_two_widths_and_too_many_variables(db):
+    with pytest.raises(psycopg.errors.InvalidBinaryRepresentation, match="not a linregr state"):
+        db.execute("SELECT learnedidx.linregr_final('\\x0100020000'::learnedidx.bytea8)")
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="inconsistent numbers of independent variables"):
+        db.execute("SELECT learnedidx.linregr(y, x) FROM (VALUES (1.0, ARRAY[1.0, 2.0]), (2.0, ARRAY[1.0])) t(y, x)")
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="4097 independent variables: at most 4096"):
+        db.execute("SELECT learnedidx.linregr(1, array_fill(1.0::float8, ARRAY[4097]))")
+    assert db.execute("SELECT learnedidx.linregr(y, x) IS NULL, learnedidx.linregr_final('') IS NULL FROM "
+                      "(VALUES (NULL::float8, ARRAY[1.0]), (2.0, ARRAY[NULL::float8])) t(y, x)").fetchone() == \
+        (True, True)
+
+
+@pytest.mark.postgres
 def test_statistics_without_degrees_of_freedom_are_null_and_the_breusch_pagan_test_is_statsmodels(db):
     """A group of one row has coefficients (the minimum-norm solution) and r2, and NULL (not
     NaN) standard errors, t statistics, p-values and variance-covariance: n - k is not positive.

@@ -37,7 +37,7 @@ from learnedidx.indb.runtime.data import InMemory, design
 from learnedidx.indb.runtime.engine import StopCheck, TrainOutput, check_first_pass, check_stop
 
 #: Rows folded into R at once.
-BLOCK = 32
+BLOCK = 64
 #: The state's layout (learnedidx.h: LX_LINREGR_VERSION, the payload after the varlena header):
 #: version, k, n, mean and centred sum of squares of y, then R row-major, in the host's order.
 VERSION = 1
