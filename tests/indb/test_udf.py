@@ -172,6 +172,14 @@ def test_a_group_that_trained_nothing_has_nulls_and_its_counts():
     assert set(values.values()) == {None}
     assert outputs.failed(g) and outputs.failed(_group({"coef": [float("nan")]}))
     assert not outputs.failed(_group({"coef": [1.0]}))
+    # a diverged group (MADlib's TERMINATED): NULL coefficients and statistics, never NaN; its counts
+    nan = _group({"coef": [float("nan"), 1.0]}, {**LINREGR_STATS, "r2": float("nan")})
+    cols = outputs.model_columns("linregr", [nan])
+    values = dict(zip([c for c, _ in cols], outputs.rows([nan], cols, "linregr")[0]))
+    assert (values.pop("num_rows_processed"), values.pop("num_missing_rows_skipped"),
+            values.pop("train_seconds")) == ("8", "2", "0.1")
+    assert set(values.values()) == {None}
+    assert outputs.returned([nan])[0]["coef"] is None
 
 
 def test_a_user_algorithm_that_maps_labels_gets_madlibs_dep_var_mapping():

@@ -4,7 +4,8 @@ model: per group with grouping_cols) and its ``_summary`` table, as MADlib write
 Every column of a trained model is filled by name from the reply (the model's arrays, its
 statistics, its counts); a name the reply lacks is an error, not a silent NULL: the extension
 and the server disagree about an algorithm's output (:class:`~learnedidx.errors.ProtocolError`).
-A group that trained no model (all its rows had NULLs) has NULLs, as in MADlib.
+A group that trained no model (all its rows had NULLs), or whose training diverged
+(coefficients that are not finite: MADlib's TERMINATED), has NULLs, as in MADlib.
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ MODEL_ARRAYS = {"coef": "coef", "u": "u", "v": "v", "row_ids": "row_ids", "col_i
                 "dep_var_mapping": "labels"}
 #: Output columns computed here from the group's row counts.
 SKIPPED = ("num_missing_rows_skipped", "num_rows_skipped")
+#: The columns a failed group keeps: its counts, iterations and times.
+KEPT = ("num_rows_processed", "num_iterations", "train_seconds", "accel_seconds")
 
 
 def lit(v: Any) -> str | None:
@@ -76,6 +79,8 @@ def value(g: dict, name: str, algorithm: str) -> str | None:
     model, stats = g["model"], g["stats"]
     if name in SKIPPED:
         return str(g["rows"] - g["num_rows_processed"])
+    if name not in KEPT and model is not None and failed(g):
+        return None  # diverged (MADlib's TERMINATED): no coefficients, no statistics, not NaN
     if name in MODEL_ARRAYS:
         if model is not None and MODEL_ARRAYS[name] not in model:
             raise ProtocolError(f"the server's {algorithm} model has no {MODEL_ARRAYS[name]} for column {name}")
@@ -96,8 +101,8 @@ def rows(results: list[dict], columns: list[tuple[str, str]], algorithm: str) ->
 
 def returned(results: list[dict]) -> list[dict]:
     """The rows a training function returns (learnedidx.train_result), one per model."""
-    return [{"coef": (g["model"] or {}).get("coef"),
-             "loss": g["stats"].get("loss", g.get("loss")), "num_rows_processed": g["num_rows_processed"],
+    return [{"coef": None if failed(g) else g["model"].get("coef"),
+             "loss": None if failed(g) else g["stats"].get("loss", g.get("loss")), "num_rows_processed": g["num_rows_processed"],
              "num_rows_skipped": g["rows"] - g["num_rows_processed"], "num_iterations": g.get("num_iterations"),
              "train_seconds": g.get("train_seconds"), "accel_seconds": g.get("accel_seconds")} for g in results]
 
