@@ -34,7 +34,9 @@ lx_qr_fold_row(double *R, int p, double *r, int start)
 
 		if (b == 0.0)
 			continue;
-		h = hypot(a, b);
+		/* hypot, without its cost where the squares can neither overflow nor underflow */
+		h = fabs(a) < 1e150 && fabs(b) < 1e150 && (fabs(a) > 1e-150 || fabs(b) > 1e-150) ?
+			sqrt(a * a + b * b) : hypot(a, b);
 		c = a / h;
 		s = b / h;
 		row[j] = h;

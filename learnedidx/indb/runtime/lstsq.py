@@ -192,6 +192,7 @@ def train(data, params: dict, *, threads: int = 2, stop: StopCheck = None, cost=
     with ThreadPoolExecutor(threads) as ex:
         if src.peek() is None:
             src.each(lambda y, X: None, ex)  # the pass's end: its row counts
+            check_first_pass(src)  # no rows: the error
         state = _pass_state(src, lambda y, X: (X, y), ex, stop)
         check_first_pass(src)
         if src.ones and src.lead:  # the features start with ones: no intercept column of our own
