@@ -37,15 +37,20 @@ epochs = 20                     # Newton (IRLS) iterations
 tolerance = 1e-6
 labels = "binary"
 
-# y - sigmoid(z) and sigmoid(z)(1 - sigmoid(z)) as MADlib computes them: without the
-# cancellation of 1 - sigmoid(z), which is 0 from z = 37 on (separable data would stall there)
+# y - sigmoid(z) and sigmoid(z) sigmoid(-z), from e = exp(-|z|), which the loss shares:
+# neither is 1 - sigmoid(z), which cancels to 0 from z = 37 on (MADlib computes sigmoid(-z) too;
+# separable data would stall there)
 def acc_grad(w, x, y):
     z = dot(w, x)
-    return (y * sigmoid(-z) - (1 - y) * sigmoid(z)) * x  # y is 0 or 1
+    e = exp(-abs(z))
+    s = (1.0 if z >= 0.0 else e) / (1.0 + e)     # sigmoid(z)
+    t = (e if z >= 0.0 else 1.0) / (1.0 + e)     # sigmoid(-z)
+    return (y * t - (1 - y) * s) * x             # y is 0 or 1
 
 def acc_hess(w, x, y):
     z = dot(w, x)
-    return sigmoid(z) * sigmoid(-z) * outer(x, x)
+    e = exp(-abs(z))
+    return e / ((1.0 + e) * (1.0 + e)) * outer(x, x)
 
 def update(w, grad, hess):
     return w + solve(hess + 1e-10 * eye(len(w)), grad)
