@@ -151,8 +151,8 @@ extern char *lx_stream_query(Conn *c, const char *query, const char *search_path
 /* qr.c */
 extern void lx_qr_fold_row(double *R, int p, double *r, int start);
 extern bool lx_tri_solve(const double *R, int ld, int k, const double *b, double *x);
-extern bool lx_tri_inverse(const double *R, int ld, int k, double *inv);
-extern int	lx_jacobi_svd(double *A, double *V, double *sigma, int k, void (*each_sweep) (void));
+extern bool lx_tri_inverse(const double *R, int ld, int k, double *inv, void (*tick) (void));
+extern int	lx_jacobi_svd(double *A, double *V, double *sigma, int k, void (*tick) (void));
 extern double lx_student_t_sf2(double t, double df);
 extern double lx_chi2_sf(double x, double df);
 

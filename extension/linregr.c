@@ -243,6 +243,7 @@ learnedidx_linregr_merge_states(PG_FUNCTION_ARGS)
 	r = palloc(sizeof(double) * a.p);
 	for (i = 0; i < b.p; i++)
 	{
+		CHECK_FOR_INTERRUPTS();
 		memset(r, 0, sizeof(double) * i);
 		memcpy(r + i, b.R + (size_t) i * b.p + i, sizeof(double) * (b.p - i));
 		lx_qr_fold_row(a.R, a.p, r, i);
@@ -351,8 +352,10 @@ fit(const LinregrState *st, LinregrFit *f)
 	{
 		double	   *rinv = palloc(sizeof(double) * k * k);
 
-		full = lx_tri_solve(st->R, p, k, z, f->coef) && lx_tri_inverse(st->R, p, k, rinv);
+		full = lx_tri_solve(st->R, p, k, z, f->coef) && lx_tri_inverse(st->R, p, k, rinv, interruptible);
 		for (i = 0; full && i < k; i++)
+		{
+			CHECK_FOR_INTERRUPTS();
 			for (j = i; j < k; j++)
 			{
 				double		s = 0.0;
@@ -361,6 +364,7 @@ fit(const LinregrState *st, LinregrFit *f)
 					s += rinv[(size_t) i * k + l] * rinv[(size_t) j * k + l];
 				f->inv[(size_t) i * k + j] = f->inv[(size_t) j * k + i] = s;
 			}
+		}
 		rss = rho * rho;
 	}
 	if (!full)
@@ -380,6 +384,7 @@ fit(const LinregrState *st, LinregrFit *f)
 			double		uz = 0.0,
 						s2 = sigma[l] * sigma[l];
 
+			CHECK_FOR_INTERRUPTS();
 			if (sigma[l] <= tol)
 				continue;
 			for (i = 0; i < k; i++)

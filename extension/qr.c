@@ -73,9 +73,10 @@ lx_tri_solve(const double *R, int ld, int k, const double *b, double *x)
 	return true;
 }
 
-/* inv = R[0:k, 0:k]^-1 (upper triangular, k x k row-major); false when R is singular. */
+/* inv = R[0:k, 0:k]^-1 (upper triangular, k x k row-major); false when R is singular.  tick (if
+ * given) is called before each column. */
 bool
-lx_tri_inverse(const double *R, int ld, int k, double *inv)
+lx_tri_inverse(const double *R, int ld, int k, double *inv, void (*tick) (void))
 {
 	int			i,
 				j,
@@ -83,6 +84,8 @@ lx_tri_inverse(const double *R, int ld, int k, double *inv)
 
 	for (j = 0; j < k; j++)
 	{
+		if (tick)
+			tick();
 		if (R[(size_t) j * ld + j] == 0.0)
 			return false;
 		for (i = j + 1; i < k; i++)
@@ -102,10 +105,10 @@ lx_tri_inverse(const double *R, int ld, int k, double *inv)
 
 /* The singular value decomposition A = U diag(sigma) V^T of the k x k matrix A, stored by columns
  * (A[j * k + i] is A(i, j)), by one-sided Jacobi rotations of its columns: on return column j of
- * A is sigma[j] u_j and V (k x k, by columns) holds the right singular vectors; each_sweep (if
- * given) is called before each sweep.  Returns the sweeps made (at most 64). */
+ * A is sigma[j] u_j and V (k x k, by columns) holds the right singular vectors; tick (if given)
+ * is called for each column of each sweep.  Returns the sweeps made (at most 64). */
 int
-lx_jacobi_svd(double *A, double *V, double *sigma, int k, void (*each_sweep) (void))
+lx_jacobi_svd(double *A, double *V, double *sigma, int k, void (*tick) (void))
 {
 	int			sweep,
 				i,
@@ -120,10 +123,10 @@ lx_jacobi_svd(double *A, double *V, double *sigma, int k, void (*each_sweep) (vo
 	{
 		bool		rotated = false;
 
-		if (each_sweep)
-			each_sweep();
-
 		for (i = 0; i < k - 1; i++)
+		{
+			if (tick)
+				tick();
 			for (j = i + 1; j < k; j++)
 			{
 				double	   *ai = A + (size_t) i * k,
@@ -165,6 +168,7 @@ lx_jacobi_svd(double *A, double *V, double *sigma, int k, void (*each_sweep) (vo
 					vj[r] = s * x + c * y;
 				}
 			}
+		}
 		if (!rotated)
 			break;
 	}

@@ -159,6 +159,13 @@ def test_the_aggregate_refuses_bytes_that_are_no_state_rows_of_two_widths_and_to
         db.execute("SELECT learnedidx.linregr(y, x) FROM (VALUES (1.0, ARRAY[1.0, 2.0]), (2.0, ARRAY[1.0])) t(y, x)")
     with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="4097 independent variables: at most 4096"):
         db.execute("SELECT learnedidx.linregr(1, array_fill(1.0::float8, ARRAY[4097]))")
+    # 4,096 variables: the final function's singular values take minutes; a statement timeout stops them
+    db.execute("CREATE TABLE wide AS SELECT random() AS y, ARRAY(SELECT random() FROM generate_series(1, 4096) "
+               "WHERE i > 0) AS x FROM generate_series(1, 3) i")
+    db.execute("SET statement_timeout = '1s'")
+    with pytest.raises(psycopg.errors.QueryCanceled):
+        db.execute("SELECT learnedidx.linregr(y, x) FROM wide")
+    db.execute("RESET statement_timeout")
     assert db.execute("SELECT learnedidx.linregr(y, x) IS NULL, learnedidx.linregr_final('') IS NULL FROM "
                       "(VALUES (NULL::float8, ARRAY[1.0]), (2.0, ARRAY[NULL::float8])) t(y, x)").fetchone() == \
         (True, True)
