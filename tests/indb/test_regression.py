@@ -202,6 +202,18 @@ def test_statistics_without_degrees_of_freedom_are_null_and_the_breusch_pagan_te
     agg = db.execute("SELECT (learnedidx.heteroskedasticity_test_linregr(price, ARRAY[1, tax, bath, size], m.coef)).* "
                      "FROM houses h JOIN hm m USING (bedroom) WHERE bedroom = 3").fetchone()
     assert agg == (pytest.approx(lm, rel=1e-8), pytest.approx(lm_p, rel=1e-8))
+    # one model read from the pages, its residuals in a second pass
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(3000, 2))
+    yv = X @ [1.0, -1.0] + rng.normal(size=3000) * (1 + np.abs(X[:, 0]))
+    load(db, "het", X, yv)
+    db.execute("SET learnedidx.reader = 'pages'")
+    got = _fit(db, "linregr_train('het', 'het_m', 'y', 'features', NULL, true)", "het_m")
+    db.execute("RESET learnedidx.reader")
+    Xi = np.c_[np.ones(3000), X]
+    lm, lm_p, _, _ = het_breuschpagan(yv - Xi @ np.linalg.lstsq(Xi, yv, rcond=None)[0], Xi)
+    assert (got["bp_stats"], got["bp_p_value"]) == (pytest.approx(lm, rel=1e-8), pytest.approx(lm_p, rel=1e-8))
+    assert db.execute("SELECT read_path, (timings->>'passes')::int FROM het_m_summary").fetchone() == ("pages", 1)
 
 
 # ------------------------------------------------------------------ logregr as MADlib defines it
