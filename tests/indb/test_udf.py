@@ -172,14 +172,16 @@ def test_a_group_that_trained_nothing_has_nulls_and_its_counts():
     assert set(values.values()) == {None}
     assert outputs.failed(g) and outputs.failed(_group({"coef": [float("nan")]}))
     assert not outputs.failed(_group({"coef": [1.0]}))
-    # a diverged group (MADlib's TERMINATED): NULL coefficients and statistics, never NaN; its counts
-    nan = _group({"coef": [float("nan"), 1.0]}, {**LINREGR_STATS, "r2": float("nan")})
-    cols = outputs.model_columns("linregr", [nan])
-    values = dict(zip([c for c, _ in cols], outputs.rows([nan], cols, "linregr")[0]))
-    assert (values.pop("num_rows_processed"), values.pop("num_missing_rows_skipped"),
-            values.pop("train_seconds")) == ("8", "2", "0.1")
+    # a diverged logregr group (MADlib's TERMINATED): NULL coefficients and statistics, never NaN;
+    # its counts, iterations and times
+    nan = _group({"coef": [float("nan"), 1.0]}, {"log_likelihood": float("nan"), "std_err": [1.0, 2.0]})
+    cols = outputs.model_columns("logregr", [nan])
+    values = dict(zip([c for c, _ in cols], outputs.rows([nan], cols, "logregr")[0]))
+    assert (values.pop("num_rows_processed"), values.pop("num_missing_rows_skipped"), values.pop("num_iterations"),
+            values.pop("train_seconds")) == ("8", "2", "3", "0.1")
     assert set(values.values()) == {None}
-    assert outputs.returned([nan])[0]["coef"] is None
+    assert outputs.returned([nan], "logregr")[0]["coef"] is None
+    assert outputs.returned([nan], "my_sgd")[0]["coef"][0] != outputs.returned([nan], "my_sgd")[0]["coef"][0]
 
 
 def test_a_user_algorithm_that_maps_labels_gets_madlibs_dep_var_mapping():

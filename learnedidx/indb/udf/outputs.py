@@ -4,8 +4,8 @@ model: per group with grouping_cols) and its ``_summary`` table, as MADlib write
 Every column of a trained model is filled by name from the reply (the model's arrays, its
 statistics, its counts); a name the reply lacks is an error, not a silent NULL: the extension
 and the server disagree about an algorithm's output (:class:`~learnedidx.errors.ProtocolError`).
-A group that trained no model (all its rows had NULLs), or whose training diverged
-(coefficients that are not finite: MADlib's TERMINATED), has NULLs, as in MADlib.
+A group that trained no model (all its rows had NULLs), or a logregr group whose training
+diverged (coefficients that are not finite: MADlib's TERMINATED), has NULLs, as in MADlib.
 """
 from __future__ import annotations
 
@@ -24,6 +24,9 @@ MODEL_ARRAYS = {"coef": "coef", "u": "u", "v": "v", "row_ids": "row_ids", "col_i
 SKIPPED = ("num_missing_rows_skipped", "num_rows_skipped")
 #: The columns a failed group keeps: its counts, iterations and times.
 KEPT = ("num_rows_processed", "num_iterations", "train_seconds", "accel_seconds")
+#: Algorithms whose diverged models (coefficients not finite) MADlib writes as NULL, its
+#: TERMINATED status; the others' reach the table as the values they are (NaN, Infinity).
+TERMINATED = ("logregr",)
 
 
 def lit(v: Any) -> str | None:
@@ -79,7 +82,7 @@ def value(g: dict, name: str, algorithm: str) -> str | None:
     model, stats = g["model"], g["stats"]
     if name in SKIPPED:
         return str(g["rows"] - g["num_rows_processed"])
-    if name not in KEPT and model is not None and failed(g):
+    if algorithm in TERMINATED and name not in KEPT and model is not None and failed(g):
         return None  # diverged (MADlib's TERMINATED): no coefficients, no statistics, not NaN
     if name in MODEL_ARRAYS:
         if model is not None and MODEL_ARRAYS[name] not in model:
@@ -99,12 +102,14 @@ def rows(results: list[dict], columns: list[tuple[str, str]], algorithm: str) ->
     return [[value(g, c, algorithm) for c, _ in columns] for g in results]
 
 
-def returned(results: list[dict]) -> list[dict]:
+def returned(results: list[dict], algorithm: str) -> list[dict]:
     """The rows a training function returns (learnedidx.train_result), one per model."""
-    return [{"coef": None if failed(g) else g["model"].get("coef"),
-             "loss": None if failed(g) else g["stats"].get("loss", g.get("loss")), "num_rows_processed": g["num_rows_processed"],
+    gone = [algorithm in TERMINATED and failed(g) for g in results]
+    return [{"coef": None if off else (g["model"] or {}).get("coef"),
+             "loss": None if off else g["stats"].get("loss", g.get("loss")), "num_rows_processed": g["num_rows_processed"],
              "num_rows_skipped": g["rows"] - g["num_rows_processed"], "num_iterations": g.get("num_iterations"),
-             "train_seconds": g.get("train_seconds"), "accel_seconds": g.get("accel_seconds")} for g in results]
+             "train_seconds": g.get("train_seconds"), "accel_seconds": g.get("accel_seconds")}
+            for g, off in zip(results, gone)]
 
 
 def feature_expression(indep: str, features_form: str, grouped: bool) -> str:

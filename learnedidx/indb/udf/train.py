@@ -174,4 +174,4 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
         summary, ", ".join("%s %s" % c[:2] for c in cols)))
     db.execute("INSERT INTO %s VALUES (%s)" % (summary, ", ".join("$%d::%s" % (i + 1, c[1]) for i, c in enumerate(cols))),
                ["text"] * len(cols), [None if c[2] is None else str(c[2]) for c in cols])
-    return outputs.returned(results)
+    return outputs.returned(results, algorithm)
