@@ -56,6 +56,67 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'learnedidx_logr
 CREATE FUNCTION learnedidx.logregr_predict_prob(coef float8[], col_ind_var float8[]) RETURNS float8
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'learnedidx_logregr_predict_prob';
 
+-- ------------------------------------------------------------------------ regression aggregates
+-- MADlib's linregr aggregate, its transition, combine (merge) and final functions, and its
+-- Breusch-Pagan test (heteroskedasticity_test_linregr), in C (linregr.c): the state is the R
+-- factor of the rows [x y], merged exactly, never X'X; linregr_train writes its statistics with
+-- linregr_final, from the server's states in the same format.  They run no SQL.
+-- MADlib's bytea8: a bytea aligned for float8, the states' type.
+CREATE TYPE learnedidx.bytea8;
+CREATE FUNCTION learnedidx.bytea8in(cstring) RETURNS learnedidx.bytea8
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE AS 'byteain';
+CREATE FUNCTION learnedidx.bytea8out(learnedidx.bytea8) RETURNS cstring
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE AS 'byteaout';
+CREATE FUNCTION learnedidx.bytea8recv(internal) RETURNS learnedidx.bytea8
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE AS 'bytearecv';
+CREATE FUNCTION learnedidx.bytea8send(learnedidx.bytea8) RETURNS bytea
+LANGUAGE internal IMMUTABLE STRICT PARALLEL SAFE AS 'byteasend';
+CREATE TYPE learnedidx.bytea8 (INPUT = learnedidx.bytea8in, OUTPUT = learnedidx.bytea8out,
+    RECEIVE = learnedidx.bytea8recv, SEND = learnedidx.bytea8send, ALIGNMENT = double, STORAGE = extended);
+
+CREATE TYPE learnedidx.linregr_result AS (
+    coef float8[], r2 float8, std_err float8[], t_stats float8[], p_values float8[], condition_no float8,
+    num_processed bigint, vcov float8[]);
+CREATE TYPE learnedidx.heteroskedasticity_test_result AS (bp_stats float8, bp_p_value float8);
+
+CREATE FUNCTION learnedidx.linregr_transition(state learnedidx.bytea8, y float8, x float8[])
+RETURNS learnedidx.bytea8 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'learnedidx_linregr_transition';
+
+CREATE FUNCTION learnedidx.linregr_merge_states(state1 learnedidx.bytea8, state2 learnedidx.bytea8)
+RETURNS learnedidx.bytea8 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'learnedidx_linregr_merge_states';
+
+CREATE FUNCTION learnedidx.linregr_final(state learnedidx.bytea8) RETURNS learnedidx.linregr_result
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'learnedidx_linregr_final';
+
+CREATE AGGREGATE learnedidx.linregr(float8, float8[]) (
+    SFUNC = learnedidx.linregr_transition, STYPE = learnedidx.bytea8, FINALFUNC = learnedidx.linregr_final,
+    COMBINEFUNC = learnedidx.linregr_merge_states, INITCOND = '', PARALLEL = SAFE);
+
+-- The aggregate's state itself (no final function): per-shard states to merge with
+-- linregr_merge_states and finish with linregr_final.
+CREATE AGGREGATE learnedidx.linregr_state(float8, float8[]) (
+    SFUNC = learnedidx.linregr_transition, STYPE = learnedidx.bytea8,
+    COMBINEFUNC = learnedidx.linregr_merge_states, INITCOND = '', PARALLEL = SAFE);
+
+CREATE FUNCTION learnedidx.hetero_linregr_transition(state learnedidx.bytea8, y float8, x float8[], coef float8[])
+RETURNS learnedidx.bytea8 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'learnedidx_hetero_linregr_transition';
+
+CREATE FUNCTION learnedidx.hetero_linregr_merge_states(state1 learnedidx.bytea8, state2 learnedidx.bytea8)
+RETURNS learnedidx.bytea8 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE
+AS 'MODULE_PATHNAME', 'learnedidx_linregr_merge_states';
+
+CREATE FUNCTION learnedidx.hetero_linregr_final(state learnedidx.bytea8)
+RETURNS learnedidx.heteroskedasticity_test_result
+LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'learnedidx_hetero_linregr_final';
+
+CREATE AGGREGATE learnedidx.heteroskedasticity_test_linregr(float8, float8[], float8[]) (
+    SFUNC = learnedidx.hetero_linregr_transition, STYPE = learnedidx.bytea8,
+    FINALFUNC = learnedidx.hetero_linregr_final, COMBINEFUNC = learnedidx.hetero_linregr_merge_states,
+    INITCOND = '', PARALLEL = SAFE);
+
 -- ------------------------------------------------------------------------ names
 -- A training source: a query ('SELECT ...', 'WITH ...', 'VALUES ...', '(...)') or a relation
 -- name resolved with the caller's search_path.  rel is NULL for a query; from_sql is what to
@@ -95,7 +156,9 @@ BEGIN
     IF cardinality(parts) = 2 THEN
         schema := parts[1];
         IF parts[1] = 'pg_temp' THEN
-            schema := (SELECT nspname FROM pg_namespace WHERE oid = pg_my_temp_schema());
+            -- the session's temporary schema; before the session made one, 'pg_temp', which
+            -- CREATE TABLE makes it for
+            schema := coalesce((SELECT nspname FROM pg_namespace WHERE oid = pg_my_temp_schema()), 'pg_temp');
         END IF;
     ELSE
         PERFORM pg_catalog.set_config('search_path', caller_path, true);
@@ -399,8 +462,9 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'learnedidx_svm_
 
 -- ------------------------------------------------------------------------ MADlib's utilities
 -- The utilities of MADlib's that its install-check tests call besides the functions they test
--- (svm's: assert, norm1, norm2, array_dot, array_sub, array_div), for its tests to run with only
--- the schema's name changed.  assert fails on a NULL condition too (MADlib's lets it pass).
+-- (svm's: assert, norm1, norm2, array_dot, array_sub, array_div; regression's: assert,
+-- relative_error), for its tests to run with only the schema's name changed.  assert fails on a
+-- NULL condition too (MADlib's lets it pass).
 CREATE FUNCTION learnedidx.assert(condition boolean, msg text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -443,6 +507,16 @@ RETURN learnedidx._elementwise(x, y, '-');
 CREATE FUNCTION learnedidx.array_div(x float8[], y float8[]) RETURNS float8[]
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN learnedidx._elementwise(x, y, '/');
+
+-- MADlib's relative error of approx: |approx - value| / |value|; for arrays ||approx - value|| /
+-- ||value|| (2-norms; arrays of two lengths are an error)
+CREATE FUNCTION learnedidx.relative_error(approx float8, value float8) RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN pg_catalog.abs((approx OPERATOR(pg_catalog.-) value) OPERATOR(pg_catalog./) value);
+
+CREATE FUNCTION learnedidx.relative_error(approx float8[], value float8[]) RETURNS float8
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN learnedidx.norm2(learnedidx.array_sub(approx, value)) OPERATOR(pg_catalog./) learnedidx.norm2(value);
 
 CREATE FUNCTION learnedidx.lmf_train(source text, out_table text, col_row text, col_column text, col_value text,
                                      max_rank int DEFAULT 10, stepsize float8 DEFAULT 0.01,
@@ -509,6 +583,7 @@ RETURNS bigint LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp A
 DECLARE
     features text;
     groups text[];
+    named text[];
     src record;
     t record;
     stmt text;
@@ -521,15 +596,23 @@ BEGIN
         RAISE EXCEPTION 'predict_table evaluates the feature expression of model %, SQL its owner wrote', model
             USING ERRCODE = '42501', HINT = 'Call learnedidx.predict(model, features) with the features yourself.';
     END IF;
-    EXECUTE format('SELECT s.feature_expression, ARRAY(SELECT pg_catalog.jsonb_array_elements_text(g.j) FROM '
+    -- each group's SQL over a row of the source: grouping_expressions (its column or its
+    -- expression); a model without them groups by the columns grouping_columns names
+    EXECUTE format('SELECT s.feature_expression, ARRAY(SELECT pg_catalog.jsonb_array_elements_text(g.e) FROM '
+                   '(SELECT pg_catalog.to_jsonb(s) -> ''grouping_expressions'' AS e) AS g '
+                   'WHERE pg_catalog.jsonb_typeof(g.e) = ''array''), '
+                   'ARRAY(SELECT pg_catalog.quote_ident(pg_catalog.jsonb_array_elements_text(g.j)) FROM '
                    '(SELECT pg_catalog.to_jsonb(s) -> ''grouping_columns'' AS j) AS g '
                    'WHERE pg_catalog.jsonb_typeof(g.j) = ''array'') FROM ONLY %s AS s', learnedidx._summary(model))
-        INTO features, groups;
+        INTO features, groups, named;
+    IF groups = '{}' THEN
+        groups := named;
+    END IF;
     -- a model trained with grouping scores each row with its group's coefficients
     stmt := format('CREATE TABLE %I.%I AS SELECT s.*, '
                    'learnedidx.predict(%s::pg_catalog.oid::pg_catalog.regclass, %s%s) AS prediction FROM %s AS s',
                    t.schema, t.relname, model::oid, features,
-                   (SELECT pg_catalog.string_agg(', s.' || pg_catalog.quote_ident(g), '' ORDER BY i)
+                   (SELECT pg_catalog.string_agg(', ' || g, '' ORDER BY i)
                     FROM pg_catalog.unnest(groups) WITH ORDINALITY AS u(g, i)), src.from_sql);
     -- the caller's source and feature expression, evaluated with the caller's search_path
     PERFORM pg_catalog.set_config('search_path', caller_path, true);
@@ -592,3 +675,91 @@ END $$;
 
 CREATE VIEW learnedidx.models AS SELECT * FROM learnedidx._models();
 GRANT SELECT ON learnedidx.models TO PUBLIC;
+
+-- ------------------------------------------------------------------------ help
+-- MADlib's help forms of every public training and prediction function: fn() a summary,
+-- fn('usage') the arguments and output, fn('example') a session; the texts are
+-- learnedidx.indb.udf.help's.
+CREATE FUNCTION learnedidx._help(fn text, message text) RETURNS text
+LANGUAGE plpython3u STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $py$
+import sys
+if "learnedidx.indb.udf" not in sys.modules:  # the modules installed with the extension (docs/indb.md)
+    sys.path.insert(0, plpy.execute("SELECT learnedidx._python_path() AS p")[0]["p"])
+from learnedidx.indb.udf import help
+return help.text(fn, message)
+$py$;
+
+CREATE FUNCTION learnedidx.linregr_train() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('linregr_train', NULL);
+CREATE FUNCTION learnedidx.linregr_train(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('linregr_train', message);
+
+CREATE FUNCTION learnedidx.logregr_train() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('logregr_train', NULL);
+CREATE FUNCTION learnedidx.logregr_train(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('logregr_train', message);
+
+CREATE FUNCTION learnedidx.svm_classification() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('svm_classification', NULL);
+CREATE FUNCTION learnedidx.svm_classification(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('svm_classification', message);
+
+CREATE FUNCTION learnedidx.svm_regression() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('svm_regression', NULL);
+CREATE FUNCTION learnedidx.svm_regression(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('svm_regression', message);
+
+CREATE FUNCTION learnedidx.svm_one_class() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('svm_one_class', NULL);
+CREATE FUNCTION learnedidx.svm_one_class(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('svm_one_class', message);
+
+CREATE FUNCTION learnedidx.svm_predict() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('svm_predict', NULL);
+CREATE FUNCTION learnedidx.svm_predict(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('svm_predict', message);
+
+CREATE FUNCTION learnedidx.svm_train() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('svm_train', NULL);
+CREATE FUNCTION learnedidx.svm_train(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('svm_train', message);
+
+CREATE FUNCTION learnedidx.lmf_train() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('lmf_train', NULL);
+CREATE FUNCTION learnedidx.lmf_train(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('lmf_train', message);
+
+CREATE FUNCTION learnedidx.train() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('train', NULL);
+CREATE FUNCTION learnedidx.train(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('train', message);
+
+CREATE FUNCTION learnedidx.predict() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('predict', NULL);
+CREATE FUNCTION learnedidx.predict(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('predict', message);
+
+CREATE FUNCTION learnedidx.predict_proba() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('predict_proba', NULL);
+CREATE FUNCTION learnedidx.predict_proba(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('predict_proba', message);
+
+CREATE FUNCTION learnedidx.predict_table() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('predict_table', NULL);
+CREATE FUNCTION learnedidx.predict_table(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('predict_table', message);
+
+CREATE FUNCTION learnedidx.linregr_predict() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('linregr_predict', NULL);
+CREATE FUNCTION learnedidx.linregr_predict(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('linregr_predict', message);
+
+CREATE FUNCTION learnedidx.logregr_predict() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('logregr_predict', NULL);
+CREATE FUNCTION learnedidx.logregr_predict(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('logregr_predict', message);
+
+CREATE FUNCTION learnedidx.logregr_predict_prob() RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('logregr_predict_prob', NULL);
+CREATE FUNCTION learnedidx.logregr_predict_prob(message text) RETURNS text LANGUAGE sql STABLE PARALLEL SAFE
+RETURN learnedidx._help('logregr_predict_prob', message);

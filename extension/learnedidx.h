@@ -21,6 +21,14 @@
  *                      picked by the group's values); reading a model runs no code of its owner's
  *   madlib_predict.c   linregr_predict, logregr_predict, logregr_predict_prob: MADlib's, over
  *                      coefficients
+ *   svm.c              _svm_features: a row through the random feature map of MADlib's svm
+ *                      kernels (gaussian, polynomial), for svm training and svm_predict
+ *   linregr.c          MADlib's linregr and heteroskedasticity_test_linregr aggregates: their
+ *                      state (bytea8: the R factor of [X y], merged exactly), transition,
+ *                      combine and final functions, MADlib's statistics from the R factor
+ *   qr.c               the dense numerics linregr.c needs: rows folded into an R factor, the
+ *                      triangular solve and inverse, singular values (one-sided Jacobi), the
+ *                      Student-t and chi-squared tails
  *
  * Functions shared between the files carry the prefix lx_: PostgreSQL loads modules with
  * RTLD_GLOBAL, so an unprefixed name another module exports first could take their calls.
@@ -129,6 +137,26 @@ extern char *lx_stream_pages(Conn *c, PageSource *ps, int pass);
 
 /* rows.c */
 extern char *lx_stream_query(Conn *c, const char *query, const char *search_path, int pass, const char *why);
+
+/* The linregr state (learnedidx.bytea8; learnedidx/indb/runtime/lstsq.py writes the same bytes,
+ * in the host's byte order): the R factor of the rows [x y] seen, merged exactly by stacking two
+ * R factors and factoring again, so that no X'X is ever formed.  After the varlena header:
+ *   uint16 version (LX_LINREGR_VERSION), uint16 k (the length of x),
+ *   int64 n (rows), float8 mean and m2 of y (Welford's; the centred sum of squares, exactly
+ *   mergeable: the R factor of [1 y]), float8 R[(k + 1) * (k + 1)] (upper triangular, row-major).
+ * An empty payload is the initial state (no rows).  With a 4-byte header and a MAXALIGN'ed
+ * allocation, n and everything after it are 8-byte aligned. */
+#define LX_LINREGR_VERSION 1
+#define LX_LINREGR_HEAD 28		/* bytes of the payload before R */
+#define LX_LINREGR_MAX_K 4096		/* a state of 128 MiB; MADlib's 65535 would exceed palloc's 1 GB */
+
+/* qr.c */
+extern void lx_qr_fold_row(double *R, int p, double *r, int start);
+extern bool lx_tri_solve(const double *R, int ld, int k, const double *b, double *x);
+extern bool lx_tri_inverse(const double *R, int ld, int k, double *inv, void (*tick) (void));
+extern int	lx_jacobi_svd(double *A, double *V, double *sigma, int k, void (*tick) (void));
+extern double lx_student_t_sf2(double t, double df);
+extern double lx_chi2_sf(double x, double df);
 
 /* P(y = 1) of score s, without overflow for any s (predict.c, madlib_predict.c). */
 static inline double

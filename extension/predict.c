@@ -686,6 +686,13 @@ model_score(Model *m, const double *coef, ArrayType *a, bool *isnull)
 	}
 	if (n == m->ncoef)
 	{
+		/* the leading-1 form of a model with an intercept: the 1 is no feature to score */
+		if (m->intercept && n > 0 && x[0] != 1.0)
+			ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+							errmsg("the model has an intercept and %d coefficients: %d features start with its 1, "
+								   "not %g", m->ncoef, n, x[0]),
+							errdetail("It takes %d features, or %d with a leading 1 for its intercept.",
+									  m->ncoef - 1, m->ncoef)));
 		for (i = 0; i < n; i++)
 			s += coef[i] * x[i];
 		return s;

@@ -22,11 +22,14 @@ INSERT INTO houses VALUES (41, NULL, 3, 2, 1000, 90000, '94301');  -- a NULL: sk
 SELECT count(*) AS models FROM learnedidx.linregr_train('houses', 'houses_linregr', 'price',
                                                         'ARRAY[1, tax, bath, size]', 'zipcode');
 SELECT zipcode, r(coef, 2) AS coef, round(r2::numeric, 4) AS r2, r(std_err, 2) AS std_err, r(t_stats, 2) AS t_stats,
-       round(condition_no::numeric, -3) AS condition_no, num_rows_processed, num_missing_rows_skipped,
+       round(condition_no::numeric, -2) AS condition_no, num_rows_processed, num_missing_rows_skipped,
        array_length(variance_covariance, 1) AS vcov_rows
 FROM houses_linregr ORDER BY zipcode;
 SELECT method, source_table, out_table, dependent_varname, independent_varname, num_rows_processed,
        num_missing_rows_skipped, grouping_col FROM houses_linregr_summary;
+-- MADlib's aggregate gives the same models
+SELECT zipcode, r((learnedidx.linregr(price, ARRAY[1, tax, bath, size])).coef, 2) AS coef
+FROM houses GROUP BY zipcode ORDER BY zipcode;
 SELECT h.id, h.zipcode, round(learnedidx.linregr_predict(m.coef, ARRAY[1, h.tax, h.bath, h.size])::numeric, 2) AS madlib,
        round(learnedidx.predict('houses_linregr', ARRAY[1, h.tax, h.bath, h.size], h.zipcode)::numeric, 2) AS learnedidx,
        h.price
@@ -64,7 +67,7 @@ FROM houses_pred;
 SELECT model, algorithm, source, dep, indep FROM learnedidx.models WHERE model::text LIKE 'houses%' ORDER BY 1;
 -- mistakes a MADlib user can make
 SELECT * FROM learnedidx.linregr_train('houses', 'h2', 'price', 'ARRAY[1, tax]', 'zip code');
-SELECT * FROM learnedidx.logregr_train('houses', 'h2', 'price < 100000', 'ARRAY[1, tax]', NULL, 20, 'cg');
+SELECT * FROM learnedidx.logregr_train('houses', 'h2', 'price < 100000', 'ARRAY[1, tax]', NULL, 20, 'sgd');
 SELECT learnedidx.predict('houses_linregr', ARRAY[1, 1000, 2, 900]);
 SELECT learnedidx.linregr_predict('{1, 2, 3}', '{1, 2}');
 SELECT learnedidx.drop_model('houses_linregr');

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +11,11 @@ import psycopg
 import pytest
 
 from learnedidx.server.process import spawn
+from tests.pgfixtures import PG_BINDIR
+
+#: MADlib 2.1's install prefix (built as docs/indb.md says, "MADlib 2.1 as the peer"): the tests
+#: that compare with MADlib itself run only when it is given
+MADLIB_PREFIX = os.environ.get("LEARNEDIDX_MADLIB_PREFIX")
 
 
 @pytest.fixture(scope="session")
@@ -70,3 +77,32 @@ def cpu_seconds(pid: int) -> float:
 
 def thread_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def own_database(proc, name: str) -> psycopg.Connection:
+    """A fresh database ``name`` of the test cluster ``proc``: an autocommit connection to it as
+    the cluster's user."""
+    with psycopg.connect(host=proc.host, port=proc.port, user=proc.user, dbname="postgres", autocommit=True) as su:
+        su.execute(f"DROP DATABASE IF EXISTS {name}")
+        su.execute(f"CREATE DATABASE {name}")
+    return psycopg.connect(host=proc.host, port=proc.port, user=proc.user, dbname=name, autocommit=True)
+
+
+def install_madlib(conn: psycopg.Connection, proc) -> None:
+    """MADlib (at MADLIB_PREFIX) installed into ``conn``'s database of the test cluster ``proc``
+    by its madpack, as the cluster's user, through the PG* variables (its -c cannot name a socket
+    directory)."""
+    # madpack runs the system's python3 (it needs PyYAML: Debian's python3-yaml), not this
+    # virtualenv's, and the cluster's pg_ctl
+    venv = os.path.realpath(os.path.dirname(sys.executable))
+    path = os.pathsep.join([PG_BINDIR] + [p for p in os.environ["PATH"].split(os.pathsep)
+                                          if os.path.realpath(p) != venv])
+    env = {**os.environ, "PATH": path, "PGHOST": proc.host, "PGPORT": str(proc.port), "PGUSER": proc.user,
+           "PGDATABASE": conn.info.dbname}
+    try:
+        done = subprocess.run([os.path.join(MADLIB_PREFIX, "bin", "madpack"), "-p", "postgres", "install"], env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:  # every madpack run rewrites dynamic_library_path, dropping $libdir (docs/indb.md)
+        conn.execute(f"ALTER SYSTEM SET dynamic_library_path = '$libdir:{MADLIB_PREFIX}/Current/ports/postgres/15/lib'")
+        conn.execute("SELECT pg_reload_conf()")

@@ -9,15 +9,11 @@ installs MADlib beside the extension and compares the calls live (docs/indb.md, 
 """
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-
 import numpy as np
 import psycopg
 import pytest
 
-from tests.indb.conftest import connect, make_role
+from tests.indb.conftest import MADLIB_PREFIX, connect, install_madlib, make_role, own_database
 from tests.indb.madlib_svm_data import ABALONE, EXPECTED, KERNEL, UNBALANCED
 
 pytestmark = pytest.mark.postgres
@@ -267,12 +263,8 @@ def madlib_db(postgresql_proc, accel_server):
     """A database of its own for this module: the extension, the data in schema svm_data, one
     schema per install-check file (as madpack's install-check makes), the search_path of MADlib's
     tests with learnedidx where they have madlib."""
-    p = postgresql_proc
     name = "madlib_svm"
-    with psycopg.connect(host=p.host, port=p.port, user=p.user, dbname="postgres", autocommit=True) as su:
-        su.execute(f"DROP DATABASE IF EXISTS {name}")
-        su.execute(f"CREATE DATABASE {name}")
-    conn = psycopg.connect(host=p.host, port=p.port, user=p.user, dbname=name, autocommit=True)
+    conn = own_database(postgresql_proc, name)
     conn.execute("CREATE EXTENSION learnedidx CASCADE")
     conn.execute(f"ALTER DATABASE {name} SET learnedidx.socket = '{accel_server.socket_path}'")
     conn.execute("SELECT set_config('learnedidx.socket', %s, false)", (accel_server.socket_path,))
@@ -462,24 +454,12 @@ def test_same_models_as_madlib_figures(madlib_db):
     assert len(EXPECTED["intercept_last"]["groups"][""]["coef"]) == 2
 
 
-MADLIB_PREFIX = os.environ.get("LEARNEDIDX_MADLIB_PREFIX")
-
-
 @pytest.mark.skipif(not MADLIB_PREFIX, reason="compares with MADlib 2.1: set LEARNEDIDX_MADLIB_PREFIX to its "
                                               "install prefix (docs/indb.md, \"MADlib 2.1 as the peer\")")
 def test_same_models_as_madlib(madlib_db, postgresql_proc):
     """MADlib installed beside the extension (madpack, as the cluster's user) trains each call
     of CALLS, each in a fresh session, and learnedidx the same call: the same figures."""
-    p = postgresql_proc
-    env = {**os.environ, "PGHOST": p.host, "PGPORT": str(p.port), "PGUSER": p.user, "PGDATABASE": "madlib_svm",
-           "PATH": f"{os.path.dirname(shutil.which('pg_ctl') or '/usr/bin')}:/usr/bin:/bin"}
-    try:
-        subprocess.run([os.path.join(MADLIB_PREFIX, "bin", "madpack"), "-p", "postgres", "install"], env=env,
-                       check=True, capture_output=True, timeout=900)
-    finally:  # madpack replaces dynamic_library_path, dropping $libdir (docs/indb.md)
-        madlib_db.execute("ALTER SYSTEM SET dynamic_library_path = "
-                          f"'$libdir:{MADLIB_PREFIX}/Current/ports/postgres/15/lib'")
-        madlib_db.execute("SELECT pg_reload_conf()")
+    install_madlib(madlib_db, postgresql_proc)
     madlib_db.execute("CREATE SCHEMA svm_peer")
     wrong = {}
     for name, call in CALLS.items():

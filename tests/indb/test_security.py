@@ -327,10 +327,16 @@ def test_every_function_pins_search_path_or_has_a_standard_body(db):
         "WHERE e.extname = 'learnedidx'").fetchall()
     assert len(rows) > 20
     # predict and predict_proba set it in their C code around the queries reading a model; the
-    # MADlib functions over coefficients and the svm kernels' feature map run no SQL
+    # MADlib functions over coefficients, the svm kernels' feature map, the regression
+    # aggregates' C functions and bytea8's I/O (the system's bytea functions) run no SQL, and a
+    # SET on them would cost every row a GUC save and restore
+    no_sql = {"c": {"predict", "predict_proba", "linregr_predict", "logregr_predict", "logregr_predict_prob",
+                    "_svm_features", "linregr_transition", "linregr_merge_states", "linregr_final",
+                    "hetero_linregr_transition", "hetero_linregr_merge_states", "hetero_linregr_final"},
+              "internal": {"bytea8in", "bytea8out", "bytea8recv", "bytea8send", "linregr", "linregr_state",
+                           "heteroskedasticity_test_linregr"}}
     loose = [r[0] for r in rows if not r[3] and r[2] != ["search_path=pg_catalog, pg_temp"]
-             and not (r[1] == "c" and r[0] in ("predict", "predict_proba", "linregr_predict", "logregr_predict",
-                                               "logregr_predict_prob", "_svm_features"))]
+             and r[0] not in no_sql.get(r[1], ())]
     assert loose == []
 
 
@@ -723,3 +729,47 @@ def test_predict_reads_group_values_with_the_systems_code_only(db):
         assert v.execute("SELECT source, num_rows_processed, created FROM learnedidx.models "
                          "WHERE model = 'plain'::regclass").fetchone() == (None, None, None)
     assert db.execute("SELECT who, count(*) FROM ran GROUP BY 1").fetchall() == []
+
+
+def test_grouping_expressions_run_as_the_caller_and_their_types_are_checked(db):
+    """A grouping expression (MADlib's data->>'bedroom') is the caller's own SQL: it runs as the
+    caller, with the caller's search_path, in the statement's prepared, single statements (an
+    item that is not one expression is 42601 before anything runs); its result type passes the
+    same check as a grouping column's (0A000 for a type predict would read with another role's
+    code); and predict_table evaluates it only for members of the model's owner, as it does the
+    feature expression."""
+    _owner_and_victim(db)
+    db.execute("GRANT CREATE ON SCHEMA public TO victim")
+    with connect(db, "mallory") as m:
+        m.execute("CREATE TABLE src (y float8, x float8, data jsonb)")
+        m.execute("INSERT INTO src SELECT i, i % 5, jsonb_build_object('g', i % 2) FROM generate_series(1, 40) i")
+        m.execute("GRANT SELECT ON src TO victim")
+        m.execute("CREATE DOMAIN d AS int CHECK (public.steal())")
+        m.execute("CREATE FUNCTION dd(int) RETURNS d[] LANGUAGE sql AS 'SELECT ARRAY[$1]::d[]'")
+        m.execute("GRANT EXECUTE ON FUNCTION steal() TO victim")
+    with connect(db, "victim") as v:
+        # the caller's expression runs as the caller (steal() notes who ran it), grouped by its text
+        v.execute("SELECT * FROM learnedidx.linregr_train('src', 'vm', 'y', 'x', "
+                  "'(data->>''g'')::int + (public.steal())::int')")
+        assert v.execute("SELECT count(*) FROM vm").fetchone() == (2,)
+        for grouping in ("x) FROM src; DROP TABLE src; --", "x) FROM src UNION SELECT (1", "x /* */"):
+            with pytest.raises(psycopg.errors.SyntaxError, match="must be SQL expressions"):
+                v.execute("SELECT * FROM learnedidx.linregr_train('src', 'vbad', 'y', 'x', %s)", (grouping,))
+        # a type whose input runs mallory's CHECK: refused before training, no table left
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match=r'grouping column "dd\(x::int\)" .* which predict'):
+            v.execute("SELECT * FROM learnedidx.linregr_train('src', 'vbad', 'y', 'x', 'dd(x::int)')")
+        assert v.execute("SELECT to_regclass('vbad')").fetchone() == (None,)
+    assert db.execute("SELECT DISTINCT who FROM ran").fetchall() == [("victim",)]
+    db.execute("TRUNCATE ran")
+    # mallory's model grouped by an expression: victim may predict with it, but predict_table,
+    # which would evaluate mallory's expression, is refused
+    with connect(db, "mallory") as m:
+        m.execute("SELECT * FROM learnedidx.linregr_train('src', 'mm', 'y', 'x', '(data->>''g'')::int + "
+                  "(public.steal())::int')")
+        m.execute("GRANT SELECT ON mm, mm_summary TO victim")
+    db.execute("TRUNCATE ran")
+    with connect(db, "victim") as v:
+        assert v.execute("SELECT learnedidx.predict('mm', ARRAY[2], 1)").fetchone()[0] is not None
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="SQL its owner wrote"):
+            v.execute("SELECT learnedidx.predict_table('mm', 'src', 'vp')")
+    assert db.execute("SELECT count(*) FROM ran").fetchone() == (0,)

@@ -146,8 +146,6 @@ def test_training_sees_exactly_the_callers_snapshot(db):
     ("linregr_train('SELECT y FROM t_err; DROP TABLE t_err', 'm7', 'y', 'y')", psycopg.errors.SyntaxError,
      'syntax error at or near ";"'),
     ("logregr_train('t_err', 'm8', 'y', 'x')", psycopg.errors.InvalidParameterValue, "0/1"),
-    ("logregr_train('t_err', 'm8', 'y', 'x', optimizer => 'cg')", psycopg.errors.FeatureNotSupported,
-     "optimizer 'cg' is not supported"),
     ("logregr_train('t_err', 'm8', 'y', 'x', optimizer => 'sgd')", psycopg.errors.InvalidParameterValue, "optimizer"),
     ("logregr_train('t_err', 'm8', 'y', 'x', grouping_cols => 'nocol')", psycopg.errors.UndefinedColumn,
      "nocol"),

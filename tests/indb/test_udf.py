@@ -153,18 +153,28 @@ def test_arguments_are_checked_with_their_sqlstates():
             args.threads(bad)
     with pytest.raises(errors.NotSupportedError, match="supported by linregr, logregr and svm, not lmf"):
         args.unsupported("lmf", {"grouping_cols": "g"})
-    opts = {"heteroskedasticity_option": True}
-    with pytest.raises(errors.NotSupportedError, match="heteroskedasticity_option"):
-        args.unsupported("linregr", opts)
+    args.unsupported("linregr", {"heteroskedasticity_option": True})
+    with pytest.raises(errors.NotSupportedError, match="heteroskedasticity_option .* linregr's, not logregr's"):
+        args.unsupported("logregr", {"heteroskedasticity_option": True})
 
 
 @pytest.mark.parametrize("grouping,error,state", [
-    ("zip code", errors.NotSupportedError, "0A000"), ("zip,", errors.SQLSyntaxError, "42601"),
-    ("coef", errors.DuplicateColumnError, "42701"), ("nope", errors.UndefinedColumnError, "42703"),
+    ("zip,", errors.SQLSyntaxError, "42601"), ("zip); DROP TABLE houses; --", errors.SQLSyntaxError, "42601"),
+    ("zip) FROM t UNION SELECT (1", errors.SQLSyntaxError, "42601"), ("f($$)$$)", errors.SQLSyntaxError, "42601"),
+    ("g /* c */", errors.SQLSyntaxError, "42601"), ("'a", errors.SQLSyntaxError, "42601"),
+    ("E'\\'' )", errors.SQLSyntaxError, "42601"), ("coef", errors.DuplicateColumnError, "42701"),
+    ("zip, Zip", errors.DuplicateColumnError, "42701"), ("nope", errors.UndefinedColumnError, "42703"),
+    ("x" * 60 + " + 1", errors.NameTooLongError, "42622"),
 ])
-def test_grouping_columns_name_columns_of_the_source(grouping, error, state):
-    assert args.grouping_columns('Zip, "Beds"', "houses", {"zip", "Beds"}, ["coef"]) == ["zip", "Beds"]
-    assert args.grouping_columns("anything", "(SELECT ...)", None, ["coef"]) == ["anything"]  # a query source
+def test_grouping_columns_name_columns_or_expressions_of_the_source(grouping, error, state):
+    Group = args.Group
+    assert args.grouping_columns('Zip, "Beds"', "houses", {"zip", "Beds"}, ["coef"]) == [Group("zip"), Group("Beds")]
+    assert args.grouping_columns("anything", "(SELECT ...)", None, ["coef"]) == [Group("anything")]  # a query source
+    # an expression: one, as written; its output column is named by its text, as MADlib names it
+    assert args.grouping_columns(" data->>'bed,room' , zip % 2, f(a, (b)[1]), ba$th || 'x;y' ", "houses",
+                                 {"zip"}, ["coef"]) == [
+        Group("data->>'bed,room'", "data->>'bed,room'"), Group("zip % 2", "zip % 2"),
+        Group("f(a, (b)[1])", "f(a, (b)[1])"), Group("ba$th || 'x;y'", "ba$th || 'x;y'")]
     with pytest.raises(error) as e:
         args.grouping_columns(grouping, "houses", {"zip"}, ["coef"])
     assert e.value.sqlstate == state
@@ -210,6 +220,16 @@ def test_a_group_that_trained_nothing_has_nulls_and_its_counts():
     assert set(values.values()) == {None}
     assert outputs.failed(g) and outputs.failed(_group({"coef": [float("nan")]}))
     assert not outputs.failed(_group({"coef": [1.0]}))
+    # a diverged logregr group (MADlib's TERMINATED): NULL coefficients and statistics, never NaN;
+    # its counts, iterations and times
+    nan = _group({"coef": [float("nan"), 1.0]}, {"log_likelihood": float("nan"), "std_err": [1.0, 2.0]})
+    cols = outputs.model_columns("logregr", [nan])
+    values = dict(zip([c for c, _ in cols], outputs.rows([nan], cols, "logregr")[0]))
+    assert (values.pop("num_rows_processed"), values.pop("num_missing_rows_skipped"), values.pop("num_iterations"),
+            values.pop("train_seconds")) == ("8", "2", "3", "0.1")
+    assert set(values.values()) == {None}
+    assert outputs.returned([nan], "logregr")[0]["coef"] is None
+    assert outputs.returned([nan], "my_sgd")[0]["coef"][0] != outputs.returned([nan], "my_sgd")[0]["coef"][0]
 
 
 def test_a_user_algorithm_that_maps_labels_gets_madlibs_dep_var_mapping():
@@ -303,14 +323,19 @@ def test_the_modules_import_nothing_the_servers_python_may_lack(tmp_path):
 
 
 @pytest.mark.postgres
-def test_a_server_reply_without_a_statistic_fails_the_training_and_leaves_no_table(db, tmp_path, monkeypatch):
-    """A server whose linregr statistics lack r2 (an in-process one, its statistics cut): the
-    training fails with 08P01 naming r2, instead of writing r2 NULL."""
-    from learnedidx.indb.runtime import stats
+@pytest.mark.parametrize("algorithm,cut,message", [
+    ("logregr", "std_err", "the server's logregr reply has no statistic std_err for the output table's column"),
+    ("linregr", "state", "the server's linregr reply has no valid state for the output table"),
+])
+def test_a_server_reply_without_a_statistic_fails_the_training_and_leaves_no_table(db, tmp_path, monkeypatch,
+                                                                                 algorithm, cut, message):
+    """A server whose statistics lack one (an in-process one, its statistics cut): the training
+    fails with 08P01 naming it, instead of writing it NULL."""
+    from learnedidx.indb.runtime import models
     from learnedidx.server.server import Server, ServerConfig
 
-    linregr = stats.linregr
-    monkeypatch.setattr(stats, "linregr", lambda *a: {k: v for k, v in linregr(*a).items() if k != "r2"})
+    statistics = models._statistics
+    monkeypatch.setattr(models, "_statistics", lambda *a: {k: v for k, v in statistics(*a).items() if k != cut})
     srv = Server(ServerConfig(socket_path=str(tmp_path / "cut.sock")))
     srv.bind()
     t = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -319,9 +344,8 @@ def test_a_server_reply_without_a_statistic_fails_the_training_and_leaves_no_tab
         db.execute("SELECT set_config('learnedidx.socket', %s, false)", (srv.config.socket_path,))
         db.execute("CREATE TABLE cut AS SELECT i::float8 AS y, i % 7 AS x FROM generate_series(1, 50) i")
         with pytest.raises(psycopg.errors.ProtocolViolation) as e:
-            db.execute("SELECT * FROM learnedidx.linregr_train('cut', 'cut_model', 'y', 'x')")
-        assert e.value.diag.message_primary == \
-            "the server's linregr reply has no statistic r2 for the output table's column"
+            db.execute(f"SELECT * FROM learnedidx.{algorithm}_train('cut', 'cut_model', 'y > 20', 'x')")
+        assert e.value.diag.message_primary == message
         assert db.execute("SELECT to_regclass('cut_model'), to_regclass('cut_model_summary')").fetchone() == \
             (None, None)
     finally:

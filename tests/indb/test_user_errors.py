@@ -139,7 +139,7 @@ def _kinds_reached(db) -> dict[str, psycopg.Error]:
         errors.TrainingDataError: "SELECT * FROM learnedidx.svm_train('k', 'm', 'y', 'x')",
         errors.ParameterError: "SELECT * FROM learnedidx.svm_train('k', 'm', 'y', 'x', max_iter => 0)",
         errors.DSLError: "SELECT learnedidx.register_algorithm('bad', 'import os')",
-        errors.NotSupportedError: "SELECT * FROM learnedidx.logregr_train('k', 'm', 'y', 'x', optimizer => 'cg')",
+        errors.NotSupportedError: "SELECT * FROM learnedidx.train('zero', 'k', 'y', 'x', '{\"grouping_cols\": \"y\"}')",
         errors.DSLRuntimeError: "SELECT * FROM learnedidx.train('singular', 'k', 'y', 'x')",
         errors.DSLDivisionByZeroError: "SELECT * FROM learnedidx.train('zero', 'k', 'y', 'x')",
         errors.DSLOverflowError: "SELECT * FROM learnedidx.train('overflow', 'k', 'y', 'x')",

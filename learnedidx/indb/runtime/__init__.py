@@ -1,5 +1,6 @@
 """The runtime of in-database training: the engine loop (:mod:`.engine`), data preparation
-(:mod:`.data`), the built-in algorithms (:mod:`.builtins`), the registry of user algorithms
+(:mod:`.data`), the built-in algorithms (:mod:`.builtins`; linregr trains from the R factor of
+the rows, :mod:`.lstsq`, and logregr with MADlib's optimizers, :mod:`.logregr`), the registry of user algorithms
 with train and predict (:mod:`.algorithms`), the models of one call, one per group
 (:mod:`.models`), and MADlib's statistics of them (:mod:`.stats`), over algorithms compiled
 by :mod:`learnedidx.indb.dsl`::

@@ -9,8 +9,11 @@ import threading
 
 import numpy as np
 
-from learnedidx.errors import BuiltinNameError, DSLError, InDBError, NotSupportedError, ParameterError, UnknownAlgorithmError
+from learnedidx.errors import BuiltinNameError, DSLError, InDBError, UnknownAlgorithmError
 from learnedidx.indb.dsl import Algorithm, compile_algorithm, settings_for
+from learnedidx.indb.runtime.logregr import optimizer as logregr_optimizer
+from learnedidx.indb.runtime.logregr import train as train_logregr
+from learnedidx.indb.runtime.lstsq import train as train_linregr
 from learnedidx.indb.runtime.builtins import ALGORITHMS, SOURCES
 from learnedidx.indb.runtime.data import with_intercept
 from learnedidx.indb.runtime.engine import StopCheck, TrainOutput, run
@@ -56,11 +59,8 @@ def get_algorithm(name: str) -> Algorithm:
 def check_params(algorithm: str, params: dict) -> None:
     """Refuse MADlib options this engine does not implement (rather than ignore them) and
     parameters out of range, before any data is read."""
-    optimizer = params.get("optimizer", "irls")
-    if algorithm == "logregr" and optimizer not in ("irls", "newton"):
-        if optimizer in ("cg", "igd"):
-            raise NotSupportedError(f"optimizer {optimizer!r} is not supported: 'irls' (Newton's method) is")
-        raise ParameterError(f"optimizer must be 'irls', 'cg' or 'igd', not {optimizer!r}")
+    if algorithm == "logregr":
+        logregr_optimizer(params)
     settings_for(builtin(algorithm).settings, params)
 
 
@@ -76,6 +76,10 @@ def train(algorithm: str | Algorithm, data: dict, params: dict | None = None, *,
     if algorithm not in ALGORITHMS:
         return run(get_algorithm(algorithm), data, params, threads=threads, seed=seed, stop=stop)
     check_params(algorithm, params)
+    if algorithm == "linregr":  # the R factor of the rows (lstsq.py); the DSL source is its cost model
+        return train_linregr(data, params, threads=threads, stop=stop, cost=builtin(algorithm).cost)
+    if algorithm == "logregr":  # MADlib's optimizers over the DSL source's accumulators
+        return train_logregr(builtin(algorithm), data, params, threads=threads, stop=stop)
     out = run(builtin(algorithm), data, params, threads=threads, seed=seed, stop=stop)
     if algorithm == "lmf":
         out.loss = float(np.sqrt(out.loss))  # RMSE, as MADlib reports

@@ -5,6 +5,8 @@ The SQL training functions pass MADlib's parameter names;
 """
 from learnedidx.indb.udf.catalog import BUILTINS
 
+# linregr trains through learnedidx.indb.runtime.lstsq (the R factor of the rows, never X'X);
+# this source says the same least squares in the DSL and gives its cost model (accel_seconds).
 LINREGR = '''
 epochs = 1                      # one pass: sum X^T X, X^T y, y and y^2, then solve
 
@@ -35,12 +37,20 @@ epochs = 20                     # Newton (IRLS) iterations
 tolerance = 1e-6
 labels = "binary"
 
+# y - sigmoid(z) and sigmoid(z) sigmoid(-z), from e = exp(-|z|), which the loss shares:
+# neither is 1 - sigmoid(z), which cancels to 0 from z = 37 on (MADlib computes sigmoid(-z) too;
+# separable data would stall there)
 def acc_grad(w, x, y):
-    return (y - sigmoid(dot(w, x))) * x
+    z = dot(w, x)
+    e = exp(-abs(z))
+    s = (1.0 if z >= 0.0 else e) / (1.0 + e)     # sigmoid(z)
+    t = (e if z >= 0.0 else 1.0) / (1.0 + e)     # sigmoid(-z)
+    return (y * t - (1 - y) * s) * x             # y is 0 or 1
 
 def acc_hess(w, x, y):
-    p = sigmoid(dot(w, x))
-    return p * (1 - p) * outer(x, x)
+    z = dot(w, x)
+    e = exp(-abs(z))
+    return e / ((1.0 + e) * (1.0 + e)) * outer(x, x)
 
 def update(w, grad, hess):
     return w + solve(hess + 1e-10 * eye(len(w)), grad)

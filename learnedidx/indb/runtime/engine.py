@@ -88,12 +88,12 @@ def _loss(ex: ThreadPoolExecutor, kernel, parts: list[slice], data: tuple, model
                                           for i, j in _pieces(p.start, p.stop, cost, stop)), parts)))
 
 
-def _stopped(stop: StopCheck) -> None:
+def check_stop(stop: StopCheck) -> None:
     if stop is not None and stop():
         raise CancelledError("training stopped: the calling statement is gone")
 
 
-def _checked(src) -> None:
+def check_first_pass(src) -> None:
     """The checks of :func:`check` on a source whose first pass has ended."""
     if src.n == 0:
         raise TrainingDataError(NO_ROWS)
@@ -103,12 +103,12 @@ def _checked(src) -> None:
         raise TrainingDataError(NO_FEATURES)
 
 
-def _all_rows(src) -> tuple[np.ndarray, np.ndarray]:
+def all_rows(src) -> tuple[np.ndarray, np.ndarray]:
     """(y, X): every row in memory, checked; without the reserved intercept column when the
     features already start with ones."""
     src.need_all = True
     y, X = src.arrays()
-    _checked(src)
+    check_first_pass(src)
     if src.ones and src.lead:
         src.drop_lead()
         y, X = src.arrays()
@@ -120,7 +120,7 @@ def _train_linear(alg, data, params, s, threads, seed, stop, info):
     with ThreadPoolExecutor(threads) as ex:
         if alg.form == "accumulate":
             return _train_accumulate(alg, src, s, ex, stop, info)
-        y, X = _all_rows(src)
+        y, X = all_rows(src)
         y, extra = labels(y, s["labels"], alg.name)
         with ThreadPoolExecutor(1, thread_name_prefix="learnedidx-shuffle") as shuffler:
             w, loss, ep = _sgd_epochs(alg, X, y, s, partitions(len(y), threads), seed, ex, shuffler, stop)
@@ -173,7 +173,7 @@ def _sgd_epochs(alg, X, y, s, parts, seed, ex, shuffler, stop):
     return w, loss, ep
 
 
-class _Accumulation:
+class Accumulation:
     """An accumulate algorithm's pass: every ``acc_*`` (and the loss) summed per chunk of rows,
     the chunks' sums added in the rows' order; then ``update``."""
 
@@ -185,7 +185,7 @@ class _Accumulation:
 
     def chunk(self, w: np.ndarray, stop: StopCheck):
         def fn(y: np.ndarray, X: np.ndarray):
-            _stopped(stop)
+            check_stop(stop)
             if self.binary and not np.all((y == 0) | (y == 1)) and np.all(np.isfinite(y)):
                 raise TrainingDataError(f"{self.alg.name} needs labels 0/1 (or booleans)")
             acc = [np.zeros(shape) for shape in self.shapes]
@@ -218,7 +218,7 @@ def _train_accumulate(alg, src, s, ex, stop, info):
     """Epochs of accumulate-then-update; the first pass over a stream computes while it arrives."""
     extra: dict = {}
     if s["labels"] == "signed":  # the mapping needs both label values before the first row
-        y, X = _all_rows(src)
+        y, X = all_rows(src)
         y, extra = labels(y, "signed", alg.name)
         src = InMemory(X, y)
     # A pass over memory is faster than one over the stream, but keeping the rows costs
@@ -227,22 +227,22 @@ def _train_accumulate(alg, src, s, ex, stop, info):
     first = src.peek()
     if first is None:
         src.each(lambda y, X: None, ex)  # the pass's end: its row counts
-        _checked(src)
+        check_first_pass(src)
     y0, X0 = first
     if src.d == 0:
         raise TrainingDataError(NO_FEATURES)
     w = np.zeros(src.d)
-    acc = _Accumulation(alg, w, X0[0], float(y0[0]), s["labels"])
+    acc = Accumulation(alg, w, X0[0], float(y0[0]), s["labels"])
     loss_k = loss_kernel(alg)
     prev, loss, ep = np.inf, float("nan"), 0
     for ep in rounds(1, int(s["epochs"]), stop):
         sums, lsum = acc.run(src, w, ex, stop)
         if ep == 1:
-            _checked(src)
+            check_first_pass(src)
             if src.ones and src.lead:  # the features start with ones: no intercept column of our own
                 src.drop_lead()
                 w = np.zeros(src.d)
-                acc = _Accumulation(alg, w, X0[0, 1:], float(y0[0]), s["labels"])
+                acc = Accumulation(alg, w, X0[0, 1:], float(y0[0]), s["labels"])
                 sums, lsum = acc.run(src, w, ex, stop)
         w, given = acc.update(w, sums, src.n, info)
         loss = epoch_loss = lsum / src.n if given is None else given
@@ -250,7 +250,7 @@ def _train_accumulate(alg, src, s, ex, stop, info):
             break
         prev = epoch_loss
     if loss_k is not None and not alg.update_gives_loss:  # the pass saw the model before the update
-        loss = float(sum(src.each(lambda y, X: (_stopped(stop), loss_k(X, y, w))[1], ex))) / src.n
+        loss = float(sum(src.each(lambda y, X: (check_stop(stop), loss_k(X, y, w))[1], ex))) / src.n
     return {"coef": w, **extra}, loss, ep, src.n, src.d
 
 

@@ -38,9 +38,8 @@ def _groups(index: np.ndarray) -> list[tuple[int, np.ndarray | slice]]:
 def _statistics(name: str, out: TrainOutput, X: np.ndarray | None, y: np.ndarray | None, n: int) -> dict:
     """MADlib's statistics of a model, from the sums training made (and, for svm, the rows)."""
     coef = np.asarray(out.model["coef"], np.float64)
-    if name == "linregr":
-        acc = out.info["accumulators"]
-        return stats.linregr(coef, acc["xx"], acc["xy"], float(acc["y"]), float(acc["yy"]), n)
+    if name == "linregr":  # the extension's linregr_final computes MADlib's statistics from the states
+        return {key: out.info[key].encoded() for key in ("state", "hetero_state") if key in out.info}
     if name == "logregr":
         return stats.logregr(coef, out.info["accumulators"]["hess"], -out.loss * n)
     if name == "svm":  # the engine penalizes every coefficient but the first

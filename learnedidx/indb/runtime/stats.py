@@ -2,17 +2,14 @@
 
 Each function follows the definitions of Apache MADlib's output tables (2.1):
 
-* :func:`linregr`: ``LinearRegression::compute`` over the one pass's sums X'X, X'y, Σy,
-  Σy² (r2 from the explained and total sums of squares, σ² = RSS / (n - k), standard errors,
-  t statistics and two-sided Student-t p-values, the variance-covariance σ²(X'X)⁻¹, and the
-  condition number λmax / λmin of X'X);
 * :func:`logregr`: ``stateToResult`` over the Hessian X'AX of the last Newton step (its
   inverse is the variance-covariance; Wald z statistics, two-sided normal p-values, odds
   ratios, and the condition number sqrt(λmax / λmin) of X'AX);
 * :func:`svm`: the objective and the norm of its subgradient, summed over the rows, as
   ``internal_linear_svm_igd_result`` reports them.
 
-(X'X)⁻¹ is MADlib's pseudo-inverse: the inverse when the condition number is below 1e20,
+(linregr's statistics are the extension's ``linregr_final``, from the R factor of
+:mod:`.lstsq`.)  The inverse is MADlib's pseudo-inverse: the inverse when the condition number is below 1e20,
 else through the eigendecomposition, eigenvalues below n·λmax·ε taken as zero.
 """
 from __future__ import annotations
@@ -22,7 +19,7 @@ from numba import njit
 from scipy import stats as distributions
 
 
-def _spd_inverse(m: np.ndarray) -> tuple[np.ndarray, float]:
+def spd_inverse(m: np.ndarray) -> tuple[np.ndarray, float]:
     """(pseudo-inverse, condition number) of a symmetric positive semi-definite matrix."""
     if not np.all(np.isfinite(m)):  # a diverged training: no statistics
         return np.full(m.shape, np.nan), float("nan")
@@ -40,27 +37,10 @@ def _spd_inverse(m: np.ndarray) -> tuple[np.ndarray, float]:
     return (vec * inv_ev) @ vec.T, cond
 
 
-def linregr(coef: np.ndarray, xx: np.ndarray, xy: np.ndarray, y_sum: float, y_square_sum: float, n: int) -> dict:
-    """r2, std_err, t_stats, p_values, condition_no, variance_covariance of least squares."""
-    k = len(coef)
-    inv, cond = _spd_inverse(xx)
-    ess = float(xy @ coef - y_sum * y_sum / n)
-    tss = float(y_square_sum - y_sum * y_sum / n)
-    tss, ess = max(tss, 0.0), max(ess, 0.0)
-    ess = min(ess, tss)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        variance = (tss - ess) / (n - k) if n != k else np.float64(np.nan)
-        std_err = np.sqrt(np.maximum(variance * np.diag(inv), 0.0))
-        t_stats = np.where((coef == 0) & (std_err == 0), 0.0, coef / std_err)
-    p_values = 2 * distributions.t.sf(np.abs(t_stats), n - k) if n > k else np.full(k, np.nan)
-    return {"r2": 1.0 if tss == 0 else ess / tss, "std_err": std_err, "t_stats": t_stats, "p_values": p_values,
-            "condition_no": cond, "variance_covariance": variance * inv}
-
-
 def logregr(coef: np.ndarray, hessian: np.ndarray, log_likelihood: float) -> dict:
     """log_likelihood, std_err, z_stats, p_values, odds_ratios, condition_no and
     variance_covariance of a logistic regression."""
-    inv, cond = _spd_inverse(hessian)
+    inv, cond = spd_inverse(hessian)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         std_err = np.sqrt(np.diag(inv))
         z_stats = coef / std_err

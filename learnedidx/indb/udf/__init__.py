@@ -9,6 +9,9 @@ directly (tests/indb/test_udf.py) and through SQL.
 * :mod:`.selectlist`: SQL select lists split into items, identifiers;
 * :mod:`.madlib_params`: MADlib's ``name=value, ...`` parameter strings (values and lists);
 * :mod:`.outputs`: an output table's rows and its summary table, from the server's reply;
+* :mod:`.regress`: linregr's statistics, by the extension's ``linregr_final`` on the server's
+  R-factor states;
+* :mod:`.help`: the help texts of the training and prediction functions (``fn('usage')``);
 * :mod:`.session`: the PL/Python session: prepared statements, errors raised as PostgreSQL's;
 * :mod:`.grouped`: a grouped call's stream and its groups, in one statement;
 * :mod:`.train`: the training driver, ``learnedidx._train_impl``;

@@ -9,13 +9,13 @@ requests from any process of the database's OS user (docs/indb.md, "Which layer 
 from __future__ import annotations
 
 import json
-from typing import Any, Collection
+from typing import Any, Collection, NamedTuple
 
 from learnedidx import checks
-from learnedidx.errors import DuplicateColumnError, NotSupportedError, ParameterError, SQLSyntaxError, \
+from learnedidx.errors import DuplicateColumnError, NameTooLongError, NotSupportedError, ParameterError, \
     UndefinedColumnError
 from learnedidx.indb.udf import catalog
-from learnedidx.indb.udf.selectlist import ident, split_top
+from learnedidx.indb.udf.selectlist import ident, one_expression, split_top
 
 
 def required(**values: str | None) -> None:
@@ -39,8 +39,8 @@ def unsupported(algorithm: str, opts: dict) -> None:
     if opts.get("grouping_cols") is not None and algorithm not in catalog.GROUPABLE:
         raise NotSupportedError(f"grouping_cols is supported by {', '.join(catalog.GROUPABLE[:-1])} and "
                                 f"{catalog.GROUPABLE[-1]}, not {algorithm}")
-    if opts.pop("heteroskedasticity_option", None):
-        raise NotSupportedError("heteroskedasticity_option (the Breusch-Pagan test) is not supported")
+    if opts.get("heteroskedasticity_option") and algorithm != "linregr":
+        raise NotSupportedError(f"heteroskedasticity_option (the Breusch-Pagan test) is linregr's, not {algorithm}'s")
 
 
 def reader(value: str | None) -> str:
@@ -59,19 +59,39 @@ def threads(value: Any) -> int | None:
     return checks.integer("threads (learnedidx.threads)", value, 1, error=ParameterError, parse=True)
 
 
+#: PostgreSQL's longest identifier, in bytes (NAMEDATALEN - 1).
+MAX_NAME = 63
+
+
+class Group(NamedTuple):
+    """A grouping column of the output table: ``name``, and the SQL ``expression`` of the
+    source it holds (None: the source's column of that name)."""
+
+    name: str
+    expression: str | None = None
+
+
 def grouping_columns(grouping: str, source: str, source_columns: Collection[str] | None,
-                     output_columns: Collection[str]) -> list[str]:
-    """The columns ``grouping`` names (MADlib's grouping_cols: columns of the source,
-    comma-separated); ``source_columns``: the source table's, None for a query."""
+                     output_columns: Collection[str]) -> list[Group]:
+    """The groups ``grouping`` names (MADlib's grouping_cols, comma-separated: columns of the
+    source, or expressions of its columns such as ``data->>'bedroom'``, whose output column is
+    named by the expression's text, as MADlib names it); ``source_columns``: the source
+    table's, None for a query."""
     groups = []
     for item in split_top(grouping):
         name = ident(item)
+        expression = None
         if name is None:
-            error = NotSupportedError if item else SQLSyntaxError
-            raise error(f"grouping_cols must name columns of the source, comma-separated, not {item!r}")
+            expression = one_expression(item, "grouping_cols")
+            name = expression
+            if len(name.encode()) > MAX_NAME:
+                raise NameTooLongError(f"grouping expression {name} is too long to name its output column "
+                                       f"({MAX_NAME} bytes): group by a column of a query source instead")
         if name in output_columns:
             raise DuplicateColumnError(f"grouping column {name} has the name of an output column")
-        if source_columns is not None and name not in source_columns:
+        if expression is None and source_columns is not None and name not in source_columns:
             raise UndefinedColumnError(f'column "{name}" of grouping_cols does not exist in {source}')
-        groups.append(name)
+        if name in [g.name for g in groups]:
+            raise DuplicateColumnError(f"grouping_cols names {name} twice")
+        groups.append(Group(name, expression))
     return groups

@@ -29,10 +29,17 @@ COLUMNS: dict[str | None, list[tuple[str, str]]] = {
     None: [("coef", F8A), ("loss", F8), ("num_rows_processed", I8), ("num_rows_skipped", I8),
            ("num_iterations", I4)],
 }
+#: linregr's columns of the Breusch-Pagan test (heteroskedasticity_option), after condition_no.
+HETERO = [("bp_stats", F8), ("bp_p_value", F8)]
 #: The columns every output table ends with.
 TIMES = [("train_seconds", F8), ("accel_seconds", F8)]
 
 
-def columns(algorithm: str) -> list[tuple[str, str]]:
-    """The model columns of ``algorithm``'s output table (a user algorithm's: the DSL's)."""
-    return COLUMNS[algorithm if algorithm in BUILTINS else None]
+def columns(algorithm: str, hetero: bool = False) -> list[tuple[str, str]]:
+    """The model columns of ``algorithm``'s output table (a user algorithm's: the DSL's); with
+    ``hetero``, linregr's Breusch-Pagan columns after condition_no, where MADlib puts them."""
+    cols = COLUMNS[algorithm if algorithm in BUILTINS else None]
+    if hetero:
+        at = [c for c, _ in cols].index("condition_no") + 1
+        cols = cols[:at] + HETERO + cols[at:]
+    return cols

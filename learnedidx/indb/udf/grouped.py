@@ -13,7 +13,8 @@ def offload(db: Session, request: dict, query: str, groups: list[tuple[str, str]
             caller_path: str) -> tuple[str, dict]:
     """The server's raw reply and the groups: {"keys": each group's values (JSON text of
     {name: value}), "rows": its row count}, in the order the server numbered them 1, 2, ...
-    (``groups``: each grouping column's name and its SQL over the source's row ``src``)."""
+    (``groups``: each grouping column's name and its SQL over a row of the source ``src``: a
+    column, or an expression of the caller's, MADlib's ``data->>'bedroom'``)."""
     k = ", ".join("%s AS c%d" % (sql, i) for i, (_, sql) in enumerate(groups))
     order = ", ".join("k.c%d" % i for i in range(len(groups)))
     obj = ", ".join("%s, k.c%d" % (db.quote_literal(name), i) for i, (name, _) in enumerate(groups))

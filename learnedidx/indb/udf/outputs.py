@@ -4,7 +4,8 @@ model: per group with grouping_cols) and its ``_summary`` table, as MADlib write
 Every column of a trained model is filled by name from the reply (the model's arrays, its
 statistics, its counts); a name the reply lacks is an error, not a silent NULL: the extension
 and the server disagree about an algorithm's output (:class:`~learnedidx.errors.ProtocolError`).
-A group that trained no model (all its rows had NULLs) has NULLs, as in MADlib.
+A group that trained no model (all its rows had NULLs), or a logregr group whose training
+diverged (coefficients that are not finite: MADlib's TERMINATED), has NULLs, as in MADlib.
 """
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ MODEL_ARRAYS = {"coef": "coef", "u": "u", "v": "v", "row_ids": "row_ids", "col_i
                 "dep_var_mapping": "labels"}
 #: Output columns computed here from the group's row counts.
 SKIPPED = ("num_missing_rows_skipped", "num_rows_skipped")
+#: The columns a failed group keeps: its counts, iterations and times.
+KEPT = ("num_rows_processed", "num_iterations", "train_seconds", "accel_seconds")
+#: Algorithms whose diverged models (coefficients not finite) MADlib writes as NULL, its
+#: TERMINATED status; the others' reach the table as the values they are (NaN, Infinity).
+TERMINATED = ("logregr",)
 
 
 def lit(v: Any) -> str | None:
@@ -62,10 +68,10 @@ def failed(g: dict) -> bool:
     return g["model"] is None or (coef is not None and any(x != x or x in (float("inf"), float("-inf")) for x in coef))
 
 
-def model_columns(algorithm: str, results: list[dict]) -> list[tuple[str, str]]:
+def model_columns(algorithm: str, results: list[dict], hetero: bool = False) -> list[tuple[str, str]]:
     """The columns of the output table (a user algorithm that maps labels has MADlib's
-    dep_var_mapping too)."""
-    own = catalog.columns(algorithm)
+    dep_var_mapping too; ``hetero``: linregr's Breusch-Pagan columns)."""
+    own = catalog.columns(algorithm, hetero)
     if algorithm not in catalog.BUILTINS and "labels" in (results[0]["model"] or {}):
         own = own + [("dep_var_mapping", F8A)]
     return own + catalog.TIMES
@@ -76,6 +82,8 @@ def value(g: dict, name: str, algorithm: str) -> str | None:
     model, stats = g["model"], g["stats"]
     if name in SKIPPED:
         return str(g["rows"] - g["num_rows_processed"])
+    if algorithm in TERMINATED and name not in KEPT and model is not None and failed(g):
+        return None  # diverged (MADlib's TERMINATED): no coefficients, no statistics, not NaN
     if name in MODEL_ARRAYS:
         if model is not None and MODEL_ARRAYS[name] not in model:
             raise ProtocolError(f"the server's {algorithm} model has no {MODEL_ARRAYS[name]} for column {name}")
@@ -94,12 +102,14 @@ def rows(results: list[dict], columns: list[tuple[str, str]], algorithm: str) ->
     return [[value(g, c, algorithm) for c, _ in columns] for g in results]
 
 
-def returned(results: list[dict]) -> list[dict]:
+def returned(results: list[dict], algorithm: str) -> list[dict]:
     """The rows a training function returns (learnedidx.train_result), one per model."""
-    return [{"coef": (g["model"] or {}).get("coef"),
-             "loss": g["stats"].get("loss", g.get("loss")), "num_rows_processed": g["num_rows_processed"],
+    gone = [algorithm in TERMINATED and failed(g) for g in results]
+    return [{"coef": None if off else (g["model"] or {}).get("coef"),
+             "loss": None if off else g["stats"].get("loss", g.get("loss")), "num_rows_processed": g["num_rows_processed"],
              "num_rows_skipped": g["rows"] - g["num_rows_processed"], "num_iterations": g.get("num_iterations"),
-             "train_seconds": g.get("train_seconds"), "accel_seconds": g.get("accel_seconds")} for g in results]
+             "train_seconds": g.get("train_seconds"), "accel_seconds": g.get("accel_seconds")}
+            for g, off in zip(results, gone)]
 
 
 def feature_expression(indep: str, features_form: str, grouped: bool) -> str:
@@ -112,8 +122,8 @@ def feature_expression(indep: str, features_form: str, grouped: bool) -> str:
 
 
 def svm_summary(version: str, intercept: bool, opts: dict) -> dict[str, str]:
-    """The kernel and parameter columns of svm_train's summary (svm_classification's come
-    from :func:`learnedidx.indb.udf.madlib_params.svm_classification`)."""
+    """The kernel and parameter columns of svm_train's summary (MADlib's svm functions write
+    their own summary: :mod:`learnedidx.indb.udf.svm`)."""
     return {"version_number": version, "kernel_func": "linear",
             "kernel_params": "fit_intercept=%s" % ("true" if intercept else "false"),
             "optim_params": "init_stepsize=%r, max_iter=%r, tolerance=%r" % (
@@ -123,9 +133,10 @@ def svm_summary(version: str, intercept: bool, opts: dict) -> dict[str, str]:
 
 def summary_columns(*, algorithm: str, method: str, source: str, out: str, dep: str, indep: str, opts: dict,
                     reply: dict, results: list[dict], grouping: str | None, groups_named: list[str] | None,
-                    svm: dict[str, str] | None) -> list[tuple[str, str, Any]]:
+                    svm: dict[str, str] | None, groups_sql: list[str] | None = None) -> list[tuple[str, str, Any]]:
     """The summary table's columns (name, type, value): MADlib's for the algorithm, then ours.
-    ``svm``: the kernel and parameter columns of an svm model."""
+    ``svm``: the kernel and parameter columns of an svm model; ``groups_sql``: each group's SQL
+    over a row of the source (its column, or its expression), which predict_table evaluates."""
     processed = sum(g["num_rows_processed"] for g in results)
     skipped = sum(g["rows"] for g in results) - processed
     nfailed = sum(1 for g in results if failed(g))
@@ -146,15 +157,18 @@ def summary_columns(*, algorithm: str, method: str, source: str, out: str, dep: 
                      ("num_all_groups", I4, len(results)), ("num_failed_groups", I4, nfailed)]
         head += [("num_rows_processed", I8, processed), ("num_missing_rows_skipped", I8, skipped),
                  ("grouping_col", TEXT, grouping)]
-    return head + own_columns(opts=opts, reply=reply, groups_named=groups_named, intercept=reply["intercept"],
+    return head + own_columns(opts=opts, reply=reply, groups_named=groups_named, groups_sql=groups_sql,
+                              intercept=reply["intercept"],
                               features=feature_expression(indep, reply["features_form"], groups_named is not None))
 
 
-def own_columns(*, opts: dict, reply: dict, groups_named: list[str] | None, intercept: bool,
-                features: str) -> list[tuple[str, str, Any]]:
-    """The summary's columns after MADlib's: learnedidx's (what predict reads: the grouping
-    columns, whether coef[1] is an intercept, the feature expression; and how it trained)."""
+def own_columns(*, opts: dict, reply: dict, groups_named: list[str] | None, groups_sql: list[str] | None,
+                intercept: bool, features: str) -> list[tuple[str, str, Any]]:
+    """The summary's columns after MADlib's: learnedidx's (what predict and predict_table read:
+    the grouping columns and each group's SQL over a row of the source, whether coef[1] is an
+    intercept, the feature expression; and how it trained)."""
     return [("grouping_columns", "pg_catalog.text[]", None if groups_named is None else text_array(groups_named)),
+            ("grouping_expressions", "pg_catalog.text[]", None if groups_sql is None else text_array(groups_sql)),
             ("intercept", "pg_catalog.bool", intercept), ("num_features", I4, reply["num_features"]),
             ("feature_expression", TEXT, features),
             ("params", "pg_catalog.jsonb", json.dumps({k: v for k, v in opts.items() if k != "grouped"})),

@@ -60,3 +60,33 @@ def array_items(indep: str) -> list[str] | None:
     """The items of MADlib's ``'ARRAY[...]'`` form of ``indep`` (None for another form)."""
     array_form = _ARRAY.match(indep)
     return None if array_form is None else split_top(array_form.group(1))
+
+
+def one_expression(item: str, what: str) -> str:
+    """``item`` (stripped), checked to be one SQL expression as written: quotes closed,
+    parentheses and brackets balanced and never closing what it did not open, and no statement
+    separator, comment or dollar quote outside quotes; so that, parenthesized, it stays one
+    expression of the statement it is put in.  SQLSyntaxError (42601) otherwise, naming ``what``."""
+    text = item.strip()
+    depth, quote, prev = 0, None, ""
+    for i, ch in enumerate(text):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            if ch == "'" and prev in "eE" and (i < 2 or not (text[i - 2].isalnum() or text[i - 2] in "_$")):
+                break  # an escape string: E'\'' closes where the scan cannot tell
+            quote = ch
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+            if depth < 0:
+                break
+        elif ch == ";" or text.startswith(("--", "/*"), i) or \
+                (ch == "$" and not (prev.isalnum() or prev in "_$")):
+            break
+        prev = ch
+    else:
+        if text and depth == 0 and quote is None:
+            return text
+    raise SQLSyntaxError(f"{what} must be SQL expressions, comma-separated: {item!r} is not one")

@@ -39,10 +39,9 @@ class Session:
         return self.run(name, *args)[0]
 
     def execute(self, query: str, types: list[str] | None = None, args: list | None = None) -> Any:
-        """A statement made for this call (prepared when it has parameters)."""
-        if types is None:
-            return self.plpy.execute(query)
-        return self.plpy.execute(self.plpy.prepare(query, types), args)
+        """A statement made for this call, prepared: one statement (the caller's expressions in
+        it can add no other), with parameters of ``types``."""
+        return self.plpy.execute(self.plpy.prepare(query, types or []), args or [])
 
     def as_caller(self, caller_path: str, run: Callable[[], Any]) -> Any:
         """``run()`` with the caller's search_path: SQL that names the caller's objects (the

@@ -49,7 +49,6 @@ STATEMENTS = {
 #: mapped to -1/+1 in the query.  int2, int4, int8, float4, float8, numeric; bool.
 NUMERIC_TYPES = {21, 23, 20, 700, 701, 1700}
 BOOL, INT4, TEXT_OID, VARCHAR, FLOAT8_ARRAY = 16, 23, 25, 1043, 1022
-MAX_NAME = 63
 METHODS = ("classification", "regression", "one_class")
 
 
@@ -71,7 +70,7 @@ def run(db: Session, source: str | None, out_table: str | None, dep: str | None,
 def _new_table(db: Session, name: str, caller_path: str, suffixes: tuple[str, ...] = ("",)) -> list[str]:
     """The qualified names of table ``name`` + each suffix, none of which may exist yet."""
     target = db.one("target", name, caller_path)
-    if len(target["relname"].encode()) > MAX_NAME - max(len(s) for s in suffixes):
+    if len(target["relname"].encode()) > args.MAX_NAME - max(len(s) for s in suffixes):
         raise NameTooLongError(f"table name {name} is too long for its {max(suffixes, key=len)} table")
     out = []
     for s in suffixes:
@@ -271,15 +270,15 @@ def train(db: Session, spec: dict, source: str | None, model_table: str | None, 
             ("num_all_groups", I4, len(results)), ("num_failed_groups", I4, sum(map(outputs.failed, results))),
             ("total_rows_processed", I8, processed),
             ("total_rows_skipped", I8, sum(g["rows"] for g in results) - processed)]
-    own = outputs.own_columns(opts={"madlib_svm": spec, "reader": reader}, reply=reply,
-                              groups_named=groups or None, intercept=False,
+    own = outputs.own_columns(opts={"madlib_svm": spec, "reader": reader}, reply=reply, groups_named=groups or None,
+                              groups_sql=[db.quote_ident(g) for g in groups] or None, intercept=False,
                               features=feats if kernel == "linear" else arr)
     cols = head + own
     db.execute("CREATE TABLE %s (%s, created pg_catalog.timestamptz DEFAULT pg_catalog.now())" % (
         summary, ", ".join("%s %s" % c[:2] for c in cols)))
     db.execute("INSERT INTO %s VALUES (%s)" % (summary, ", ".join("$%d::%s" % (i + 1, c[1]) for i, c in enumerate(cols))),
                ["text"] * len(cols), [None if c[2] is None else str(c[2]) for c in cols])
-    return outputs.returned(results)
+    return outputs.returned(results, "svm")
 
 
 def _number(v: float | int) -> str:

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from learnedidx.errors import DuplicateTableError, NameTooLongError, NotSupportedError
-from learnedidx.indb.udf import args, catalog, grouped, outputs, svm
+from learnedidx.indb.udf import args, catalog, grouped, outputs, regress, svm
 from learnedidx.indb.udf.selectlist import feature_items, ident
 from learnedidx.indb.udf.session import Session, server_result, sql_function
 
@@ -29,20 +29,19 @@ STATEMENTS = {
                     "AND a.attnum BETWEEN 1 AND $2 ORDER BY a.attnum", ["text", "int4"]),
     "version": ("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'learnedidx'", []),
 }
-#: PostgreSQL's longest identifier, in bytes (NAMEDATALEN - 1).
-MAX_NAME = 63
 
 
 @sql_function
 def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: str | None, dep: str | None,
           indep: str | None, params: str | None, caller_path: str) -> list[dict]:
     """Train and write the model; returns one row (learnedidx.train_result) per model."""
-    db = Session(plpy, SD, {**STATEMENTS, **svm.STATEMENTS})
+    db = Session(plpy, SD, {**STATEMENTS, **svm.STATEMENTS, **regress.STATEMENTS})
     opts = args.params_object(params)
     if algorithm == "svm" and "madlib_svm" in opts:  # MADlib's svm functions, svm_predict too (svm.py)
         return svm.run(db, source, out_table, dep, indep, opts["madlib_svm"], caller_path)
     args.required(source=source, out_table=out_table, dep=dep, indep=indep)
     args.unsupported(algorithm, opts)
+    hetero = bool(opts.get("heteroskedasticity_option"))
     grouping = opts.pop("grouping_cols", None)
     reader = args.reader(opts.pop("reader", None) or db.one("setting", "learnedidx.reader")["v"])
     threads = opts.get("threads")
@@ -57,10 +56,10 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
     if algorithm not in catalog.BUILTINS:
         alg = db.one("algorithm", algorithm, caller_path)
         method, request["dsl_source"] = alg["qualified"], alg["source"]
-    columns_out = catalog.columns(algorithm)
+    columns_out = catalog.columns(algorithm, hetero)
 
     target = db.one("target", out_table, caller_path)
-    if len(target["relname"].encode()) > MAX_NAME - len("_summary"):
+    if len(target["relname"].encode()) > args.MAX_NAME - len("_summary"):
         raise NameTooLongError(f"output table name {out_table} is too long for its _summary table")
     out = db.quote_ident(target["schema"]) + "." + db.quote_ident(target["relname"])
     summary = db.quote_ident(target["schema"]) + "." + db.quote_ident(target["relname"] + "_summary")
@@ -81,20 +80,22 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
         if items and all(f in names for f in found):
             columns = found
 
-    groups = None
+    groups = group_sql = None
     if grouping is not None:
         groups = args.grouping_columns(grouping, source, names, [c for c, _ in columns_out + catalog.TIMES])
         if reader == "pages":
             raise NotSupportedError("the page reader trains one model: grouping_cols reads the query path")
-        qg = ", ".join(db.quote_ident(g) for g in groups)
+        # each group's SQL over a row of the source: its column, or its expression (the caller's
+        # own); the summary keeps it for predict_table
+        group_sql = [db.quote_ident(g.name) if g.expression is None else "(%s)" % g.expression for g in groups]
         opts["grouped"] = True
         query = "SELECT (%s), %s, (pg_catalog.dense_rank() OVER (ORDER BY %s))::pg_catalog.float8 FROM %s AS src" % (
-            dep, indep, qg, src["from_sql"])
+            dep, indep, ", ".join(group_sql), src["from_sql"])
         # The output table first, the grouping columns with the source's types as in MADlib's:
         # predict reads only types it can read with the system's code, so others are refused
         # before training.
         db.as_caller(caller_path, lambda: db.execute("CREATE TABLE %s AS SELECT %s, %s FROM %s AS src WITH NO DATA" % (
-            out, ", ".join("src.%s" % db.quote_ident(g) for g in groups),
+            out, ", ".join("%s AS %s" % (e, db.quote_ident(g.name)) for e, g in zip(group_sql, groups)),
             ", ".join("NULL::%s AS %s" % (t, c) for c, t in columns_out + catalog.TIMES), src["from_sql"])))
         db.run("group_types", out, len(groups))
     if reader == "pages" and columns is None:
@@ -107,13 +108,15 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
                      query if reader != "pages" else None, caller_path)["r"]
         keys = None
     else:
-        raw, keys = grouped.offload(db, request, query, [(g, "src.%s" % db.quote_ident(g)) for g in groups],
+        raw, keys = grouped.offload(db, request, query, [(g.name, e) for g, e in zip(groups, group_sql)],
                                     src["from_sql"], caller_path)
     reply = server_result(raw)
 
     # The output table: one row per model (per group with grouping).
     results = outputs.groups(reply, keys)
-    model_cols = outputs.model_columns(algorithm, results)
+    if algorithm == "linregr":
+        regress.linregr_statistics(db, results, hetero)
+    model_cols = outputs.model_columns(algorithm, results, hetero)
     types = [t for _, t in model_cols]
     if groups is None:
         db.execute("CREATE TABLE %s (%s)" % (out, ", ".join("%s %s" % c for c in model_cols)))
@@ -122,7 +125,7 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
     else:  # the output table was made before training
         insert = plpy.prepare("INSERT INTO %s SELECT %s, %s FROM pg_catalog.jsonb_populate_record(NULL::%s, "
                               "$1::pg_catalog.jsonb) AS k" % (
-            out, ", ".join("k.%s" % db.quote_ident(g) for g in groups),
+            out, ", ".join("k.%s" % db.quote_ident(g.name) for g in groups),
             ", ".join("$%d::%s" % (i + 2, t) for i, t in enumerate(types)), out), ["text"] * (len(types) + 1))
     for i, row_values in enumerate(outputs.rows(results, model_cols, algorithm)):
         plpy.execute(insert, row_values if groups is None else [keys["keys"][i]] + row_values)
@@ -132,10 +135,12 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
         if algorithm == "svm" else None
     cols = outputs.summary_columns(algorithm=algorithm, method=method, source=source, out=out, dep=dep, indep=indep,
                                    opts=opts, reply=reply, results=results,
-                                   grouping=grouping if groups is not None else None, groups_named=groups,
+                                   grouping=grouping if groups is not None else None,
+                                   groups_named=None if groups is None else [g.name for g in groups],
+                                   groups_sql=group_sql,
                                    svm=svm_summary)
     db.execute("CREATE TABLE %s (%s, created pg_catalog.timestamptz DEFAULT pg_catalog.now())" % (
         summary, ", ".join("%s %s" % c[:2] for c in cols)))
     db.execute("INSERT INTO %s VALUES (%s)" % (summary, ", ".join("$%d::%s" % (i + 1, c[1]) for i, c in enumerate(cols))),
                ["text"] * len(cols), [None if c[2] is None else str(c[2]) for c in cols])
-    return outputs.returned(results)
+    return outputs.returned(results, algorithm)
