@@ -56,6 +56,26 @@ LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'learnedidx_logr
 CREATE FUNCTION learnedidx.logregr_predict_prob(coef float8[], col_ind_var float8[]) RETURNS float8
 LANGUAGE c IMMUTABLE STRICT PARALLEL SAFE AS 'MODULE_PATHNAME', 'learnedidx_logregr_predict_prob';
 
+-- Training over shards (docs/indb.md, "Training over shards"): the coordinator's side runs
+-- learnedidx._shard_state on the shard of each postgres_fdw partition of `parent`, through
+-- postgres_fdw's connection as the caller's user mapping (see shards.c); the caller needs SELECT
+-- on `columns` of `parent`.
+CREATE FUNCTION learnedidx._shard_states(parent regclass, parts regclass[], columns text[], requests jsonb[],
+                                         version text) RETURNS text[]
+LANGUAGE c VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS 'MODULE_PATHNAME', 'learnedidx_shard_states';
+
+-- The shard's side: a pass over `columns` of the table schema.relname, read as the calling role
+-- (the coordinator's user mapping's), returning the statistics the coordinator merges.  The body
+-- is learnedidx.indb.udf.shards.
+CREATE FUNCTION learnedidx._shard_state(request jsonb, schema text, relname text, columns text[]) RETURNS text
+LANGUAGE plpython3u VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $py$
+import sys
+if "learnedidx.indb.udf" not in sys.modules:  # the modules installed with the extension (docs/indb.md)
+    sys.path.insert(0, plpy.execute("SELECT learnedidx._python_path() AS p")[0]["p"])
+from learnedidx.indb.udf import shards
+return shards.shard_state(plpy, SD, request, schema, relname, columns)
+$py$;
+
 -- ------------------------------------------------------------------------ regression aggregates
 -- MADlib's linregr aggregate, its transition, combine (merge) and final functions, and its
 -- Breusch-Pagan test (heteroskedasticity_test_linregr), in C (linregr.c): the state is the R

@@ -8,6 +8,9 @@ from __future__ import annotations
 BUILTINS = ("linregr", "logregr", "svm", "lmf")
 #: Those that train one model per group of rows (MADlib's grouping_cols).
 GROUPABLE = ("linregr", "logregr", "svm")
+#: Those that train over shards, merging the shards' statistics exactly (docs/indb.md, "Training
+#: over shards"); the others read a partitioned table's rows through postgres_fdw.
+SHARDED = ("linregr", "logregr")
 #: learnedidx.reader's values (and their old names) -> the reader they mean.
 READERS = {"auto": "auto", "pages": "pages", "query": "query", "strider": "pages", "copy": "query"}
 

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from learnedidx.errors import DuplicateTableError, NameTooLongError, NotSupportedError
-from learnedidx.indb.udf import args, catalog, grouped, outputs, regress, svm
+from learnedidx.indb.udf import args, catalog, grouped, outputs, regress, shards, svm
 from learnedidx.indb.udf.selectlist import feature_items, ident
 from learnedidx.indb.udf.session import Session, server_result, sql_function
 
@@ -35,7 +35,7 @@ STATEMENTS = {
 def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: str | None, dep: str | None,
           indep: str | None, params: str | None, caller_path: str) -> list[dict]:
     """Train and write the model; returns one row (learnedidx.train_result) per model."""
-    db = Session(plpy, SD, {**STATEMENTS, **svm.STATEMENTS, **regress.STATEMENTS})
+    db = Session(plpy, SD, {**STATEMENTS, **svm.STATEMENTS, **regress.STATEMENTS, **shards.STATEMENTS})
     opts = args.params_object(params)
     if algorithm == "svm" and "madlib_svm" in opts:  # MADlib's svm functions, svm_predict too (svm.py)
         return svm.run(db, source, out_table, dep, indep, opts["madlib_svm"], caller_path)
@@ -103,14 +103,20 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
             "the source is a query" if src["oid"] is None else "dep or indep is an expression"))
 
     pages = reader != "query" and columns is not None and groups is None
-    if groups is None:
-        raw = db.one("offload", json.dumps(request), src["oid"] if pages else None, columns if pages else None,
-                     query if reader != "pages" else None, caller_path)["r"]
-        keys = None
+    # a partitioned table with postgres_fdw partitions: each shard trains on its own rows
+    sharded = shards.plan(db, src["oid"], algorithm, opts, hetero, reader, columns, groups)
+    if sharded is not None:
+        reply, keys = shards.train(db, sharded, request, opts, out, None if groups is None else
+                                   [g.name for g in groups], caller_path)
     else:
-        raw, keys = grouped.offload(db, request, query, [(g.name, e) for g, e in zip(groups, group_sql)],
-                                    src["from_sql"], caller_path)
-    reply = server_result(raw)
+        if groups is None:
+            raw = db.one("offload", json.dumps(request), src["oid"] if pages else None, columns if pages else None,
+                         query if reader != "pages" else None, caller_path)["r"]
+            keys = None
+        else:
+            raw, keys = grouped.offload(db, request, query, [(g.name, e) for g, e in zip(groups, group_sql)],
+                                        src["from_sql"], caller_path)
+        reply = server_result(raw)
 
     # The output table: one row per model (per group with grouping).
     results = outputs.groups(reply, keys)

@@ -20,7 +20,7 @@ from learnedidx import checks
 from learnedidx.errors import (BadRequestError, BuiltinNameError, CancelledError, NotSupportedError, ParameterError, TooLargeError,
                                TrainingDataError)
 from learnedidx.indb import runtime
-from learnedidx.indb.runtime import models, stats, svm_igd
+from learnedidx.indb.runtime import models, shards, stats, svm_igd
 from learnedidx.indb.dsl import Algorithm, compile_algorithm
 from learnedidx.indb.udf import catalog
 from learnedidx.indb.read import memory, strider
@@ -83,6 +83,10 @@ def indb_train(args, arrays, ctx):
         raise BadRequestError("params must be a JSON object")
     params = dict(args.get("params") or {})
     grouped = params.pop("grouped", False) is True
+    # training over shards (runtime.shards): a shard's pass, or the coordinator's step
+    shard_pass, shard_step = params.pop("shard_pass", None), params.pop("shard_step", None)
+    if shard_step is not None:
+        return {"groups": shards.step(shard_step)}, {}
     # MADlib's svm_classification, svm_regression and svm_one_class: MADlib's own training
     igd = svm_igd.check(params.pop("igd")) if algorithm == "svm" and "igd" in params else None
     if igd is not None:
@@ -112,6 +116,10 @@ def indb_train(args, arrays, ctx):
             data, extra = _factor_data(X, y, rank, threads, limits.max_call_bytes)
             out = runtime.train(trainee, data, params, threads=threads, seed=seed, stop=closed.is_set)
             groups, shared = [models.result(None, out, len(y), {}, extra)], {"intercept": False, "num_features": 2}
+        elif shard_pass is not None:
+            if params.get("intercept") is False:
+                src.set_lead(0)
+            groups, shared = shards.passes(algorithm, src, shard_pass, grouped, threads, closed.is_set), {}
         elif igd is not None:
             groups, shared = svm_igd.fit(src, igd, grouped, closed.is_set)
         else:

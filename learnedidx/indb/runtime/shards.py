@@ -1,0 +1,137 @@
+"""Training over shards (docs/indb.md, "Training over shards"): a shard's pass over its own rows,
+which returns sufficient statistics, never rows; and the coordinator's steps between passes.
+
+The coordinator (:mod:`learnedidx.indb.udf.shards`) asks every shard for a pass and merges the
+replies exactly:
+
+* linregr, one pass: each group's R factor of its rows [X y] (:class:`.lstsq.State`, the bytes of
+  the extension's linregr state), merged by the extension's ``linregr_merge_states``;
+* logregr, one pass per iteration: each group's gradient, Hessian X'AX and loss (minus the
+  log-likelihood) summed at the coordinator's coefficients; their sums are the single node's, and
+  :func:`step` steps from them as :mod:`.logregr` does (IRLS or conjugate gradient), on the
+  coordinator's server.
+
+The intercept's column is fixed by the request (``intercept``), never dropped on a shard: a
+shard whose features happen to start with ones reports it (``ones``), and the coordinator drops
+the column when every shard does, as the single node does for all the rows (linregr: the state
+without the column comes with the reply; logregr: the first pass again, as on one node).  A shard
+without rows (or a group without rows on a shard) replies none, not an error.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from learnedidx.errors import BadRequestError, NotSupportedError, TrainingDataError
+from learnedidx.indb.runtime import lstsq, stats
+from learnedidx.indb.runtime.algorithms import builtin
+from learnedidx.indb.runtime.data import NO_FEATURES, NOT_FINITE, InMemory
+from learnedidx.indb.runtime.engine import Accumulation, StopCheck
+from learnedidx.indb.runtime.logregr import _ConjugateGradient, _irls
+from learnedidx.indb.runtime.models import _groups
+from learnedidx.indb.udf import catalog
+
+def _vector(value, name: str) -> np.ndarray:
+    try:
+        v = np.asarray(value, np.float64)
+    except (TypeError, ValueError):
+        raise BadRequestError(f"{name} must be numbers") from None
+    return v
+
+
+def passes(algorithm: str, src, request: dict, grouped: bool, threads: int, stop: StopCheck) -> list[dict]:
+    """This shard's pass over ``src`` (its lead fixed): one reply per group that has rows,
+    ``group`` its number (None without grouping).  ``request["coefs"]``: logregr's coefficients
+    per group ({group number as text: coefficients}; none: zeros), groups without are skipped."""
+    if algorithm not in catalog.SHARDED:
+        raise NotSupportedError(f"{algorithm} does not train over shards")
+    if not isinstance(request, dict):
+        raise BadRequestError("shard_pass must be a JSON object")
+    coefs = request.get("coefs")
+    with ThreadPoolExecutor(threads) as ex:
+        if not grouped:
+            parts = [(None, src)]
+            if src.peek() is None:
+                src.each(lambda y, X: None, ex)
+        else:
+            src.need_all = True
+            y, design = src.arrays()
+            parts = [(g, InMemory(design[rows, :-1], y[rows], checked=True)) for g, rows in _groups(design[:, -1])]
+        out = []
+        for group, part in parts:
+            if part.n == 0:
+                continue
+            c = None if coefs is None else coefs.get(str(group))
+            if coefs is not None and c is None:
+                continue  # a group the coordinator is done with
+            t0 = time.perf_counter()
+            if algorithm == "linregr":
+                reply = _linregr(part, src.lead, ex, stop)
+            else:
+                reply = _logregr(part, c, src.lead, ex, stop)
+            out.append({"group": group, **reply, "train_seconds": time.perf_counter() - t0})
+    if not src.finite:
+        raise TrainingDataError(NOT_FINITE)
+    if src.n > 0 and src.d - (1 if grouped else 0) <= 0:
+        raise TrainingDataError(NO_FEATURES)
+    return out
+
+
+def _ones(part, lead: int) -> bool:
+    """Whether every row's first feature (after the lead column) is 1."""
+    if isinstance(part, InMemory):
+        return lead > 0 and part.d > lead and bool(np.all(part.X[:, lead] == 1.0))
+    return bool(part.ones and part.lead)
+
+
+def _linregr(part, lead: int, ex: ThreadPoolExecutor, stop: StopCheck) -> dict:
+    state = lstsq._pass_state(part, lambda y, X: (X, y), ex, stop)
+    out = {"n": int(state.n), "state": state.encoded(), "ones": _ones(part, lead)}
+    if out["ones"]:
+        out["state_no_lead"] = state.drop_first().encoded()
+    return out
+
+
+def _logregr(part, c, lead: int, ex: ThreadPoolExecutor, stop: StopCheck) -> dict:
+    first = part.peek()
+    y0, X0 = first
+    w = np.zeros(X0.shape[1]) if c is None else _vector(c, "coefs")
+    if w.shape != (X0.shape[1],):
+        raise BadRequestError(f"coefficients of {X0.shape[1]} values expected, not {w.shape}")
+    acc = Accumulation(builtin("logregr"), w, X0[0], float(y0[0]), "binary")
+    (g, H), loss = acc.run(part, w, ex, stop)
+    return {"n": int(part.n), "grad": g.tolist(), "hess": H.tolist(), "loss": loss,
+            "ones": _ones(part, lead)}
+
+
+def step(request: dict) -> list[dict]:
+    """The coordinator's step of each group from its merged sums: {"coef" (None: zeros), "grad",
+    "hess", "loss", "cg" (the conjugate gradient's last gradient and direction)} -> {"coef",
+    "cg"}; with ``final``, MADlib's statistics at "coef" instead."""
+    if not isinstance(request, dict) or not isinstance(request.get("groups"), list):
+        raise BadRequestError("shard_step must be a JSON object with groups")
+    out = []
+    for grp in request["groups"]:
+        g, H = _vector(grp["grad"], "grad"), _vector(grp["hess"], "hess")
+        if H.shape != (len(g), len(g)):
+            raise BadRequestError("hess must be a square matrix of the gradient's size")
+        c = np.zeros(len(g)) if grp.get("coef") is None else _vector(grp["coef"], "coef")
+        loss = float(grp["loss"])
+        if request.get("final"):
+            s = stats.logregr(c, H, -loss)
+            out.append({k: np.asarray(v).tolist() for k, v in s.items()})
+            continue
+        if request.get("optimizer") == "cg":
+            cg = _ConjugateGradient()
+            if grp.get("cg"):
+                cg.grad, cg.dir = _vector(grp["cg"]["grad"], "cg"), _vector(grp["cg"]["dir"], "cg")
+            with np.errstate(all="ignore"):
+                new = cg(c, g, H, loss)
+            out.append({"coef": new.tolist(), "cg": {"grad": cg.grad.tolist(), "dir": cg.dir.tolist()}})
+        else:
+            with np.errstate(all="ignore"):
+                new = _irls(c, g, H, loss)
+            out.append({"coef": new.tolist()})
+    return out
