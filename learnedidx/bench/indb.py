@@ -206,15 +206,22 @@ def register(app: typer.Typer) -> None:
         also: str = typer.Option("", help="one-epoch comparisons of earlier versions: query,sklearn,plpython"),
         quick: bool = typer.Option(False, help="50k rows, one round: a smoke run"),
         seed: int = typer.Option(0),
+        shards: int = typer.Option(0, help="instead: N local shard clusters (postgres_fdw partitions) beside one "
+                                           "node with the same rows; tasks linregr and logregr"),
     ) -> None:
         """Training time and peak memory beside MADlib and SELECT count(*), at each table size."""
         import psycopg
 
+        from learnedidx.bench import shards as over_shards
         from learnedidx.indb.cluster import TempCluster
         from learnedidx.server.process import spawn
 
         sizes = [50_000] if quick else parse_list(rows)
         chosen = [t for t in tasks.split(",") if t]
+        if shards:
+            over_shards.run(sizes, features, shards, [t for t in chosen if t in over_shards.TASKS],
+                            1 if quick else repeat, threads, seed)
+            return
         for t in chosen:
             if t not in TASKS:
                 raise typer.BadParameter(f"unknown task {t!r}; choose from {', '.join(TASKS)}")

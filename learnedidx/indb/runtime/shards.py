@@ -82,14 +82,14 @@ def passes(algorithm: str, src, request: dict, grouped: bool, threads: int, stop
 def _ones(part, lead: int) -> bool:
     """Whether every row's first feature (after the lead column) is 1."""
     if isinstance(part, InMemory):
-        return lead > 0 and part.d > lead and bool(np.all(part.X[:, lead] == 1.0))
-    return bool(part.ones and part.lead)
+        return part.d > lead and bool(np.all(part.X[:, lead] == 1.0))
+    return bool(part.ones)
 
 
 def _linregr(part, lead: int, ex: ThreadPoolExecutor, stop: StopCheck) -> dict:
     state = lstsq._pass_state(part, lambda y, X: (X, y), ex, stop)
     out = {"n": int(state.n), "state": state.encoded(), "ones": _ones(part, lead)}
-    if out["ones"]:
+    if out["ones"] and lead:
         out["state_no_lead"] = state.drop_first().encoded()
     return out
 
