@@ -4,6 +4,7 @@ and its own accelerator server) and a local table; the oracle is the same call o
 holding the same rows.  Only statistics cross the network: the summary counts the bytes."""
 from __future__ import annotations
 
+import json
 import threading
 
 import numpy as np
@@ -99,11 +100,12 @@ def _close(a, b) -> None:
     np.testing.assert_allclose(np.asarray(a, float), np.asarray(b, float), rtol=1e-9, atol=1e-12)
 
 
-def _compare(db, fn: str, dep: str, grouping: str | None = None, extra: str = "", tag: str = "m") -> dict:
+def _compare(db, fn: str, dep: str, grouping: str | None = None, extra: str = "", tag: str = "m",
+             indep: str = "ARRAY[1, x1, x2, x3]") -> dict:
     """fn over parted and over one: every statistic equal; returns parted's summary."""
     g = "NULL" if grouping is None else f"'{grouping}'"
     for src in ("parted", "one"):
-        db.execute(f"SELECT * FROM learnedidx.{fn}_train('{src}', '{tag}_{src}', '{dep}', 'ARRAY[1, x1, x2, x3]', {g}{extra})")
+        db.execute(f"SELECT * FROM learnedidx.{fn}_train('{src}', '{tag}_{src}', '{dep}', '{indep}', {g}{extra})")
     order = "" if grouping is None else f" ORDER BY {grouping}"
     got = db.execute(f"SELECT {', '.join(STATS[fn])} FROM {tag}_parted{order}").fetchall()
     want = db.execute(f"SELECT {', '.join(STATS[fn])} FROM {tag}_one{order}").fetchall()
@@ -132,6 +134,8 @@ def test_linregr_over_shards_equals_one_node(coord):
 def test_linregr_groups_span_shards(coord):
     path, _ = _compare(coord, "linregr", "y", "g")
     assert path == "shards"
+    # without an intercept too
+    assert _compare(coord, "linregr", "y", "g", tag="n", indep="ARRAY[x1, x2, x3]")[0] == "shards"
 
 
 def test_logregr_over_shards_equals_one_node(coord):
@@ -248,3 +252,70 @@ def test_privileges_are_the_partitioned_tables_and_the_mappings(coord, shards):
     finally:
         a.execute("DROP POLICY low ON part")
         a.execute("ALTER TABLE part DISABLE ROW LEVEL SECURITY")
+
+
+def test_the_shard_functions_called_directly(coord, shards):
+    """_shard_states asks what a SELECT of those columns of the partitioned table asks, and
+    reaches only its postgres_fdw partitions; a shard's _shard_state computes only the passes;
+    a partitioned table with row-level security for the caller trains through the rows."""
+    bob = make_role(coord, "shard_bob")
+    for name in ("a", "b"):
+        coord.execute(f"CREATE USER MAPPING FOR {bob} SERVER shard_{name} OPTIONS (user '{shards[0].proc.user}', "
+                      "password_required 'false')")
+    req = '{"algorithm": "linregr", "params": {"shard_pass": {}}, "ngroups": 0}'
+    call = ("SELECT learnedidx._shard_states(%s, ARRAY['parted_a']::regclass[], %s, ARRAY[%s::jsonb], "
+            "(SELECT extversion FROM pg_extension WHERE extname = 'learnedidx'))")
+    with connect(coord, bob) as c:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute(call, ("parted", ["y", "x1"], req))
+        coord.execute(f"GRANT SELECT (y) ON parted TO {bob}")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            c.execute(call, ("parted", ["y", "x1"], req))
+        coord.execute(f"GRANT SELECT (x1) ON parted TO {bob}")
+        reply = json.loads(json.loads(c.execute(call, ("parted", ["y", "x1"], req)).fetchone()[0][0])["reply"])
+        assert reply["result"]["groups"][0]["n"] == CUTS[0] - 1 and "state" in reply["result"]["groups"][0]
+        coord.execute(f"GRANT SELECT ON one TO {bob}")
+        with pytest.raises(psycopg.errors.WrongObjectType):
+            c.execute(call, ("one", ["y", "x1"], req))
+    for bad, state in (('{"algorithm": "svm", "params": {"shard_pass": {}}, "ngroups": 0}', "0A000"),
+                       ('{"algorithm": "linregr", "params": {}, "ngroups": 0}', "0A000"),
+                       ('{"algorithm": "linregr", "params": {"shard_pass": {}}, "ngroups": 1}', "22023")):
+        with pytest.raises(psycopg.Error) as e:
+            shards[0].conn.execute("SELECT learnedidx._shard_state(%s, 'public', 'part', ARRAY['y', 'x1'])", (bad,))
+        assert e.value.sqlstate == state
+    # the parent's own policy: a shard could not apply it, so the rows come through postgres_fdw
+    coord.execute("ALTER TABLE parted ENABLE ROW LEVEL SECURITY")
+    coord.execute(f"CREATE POLICY odd ON parted FOR SELECT TO {bob} USING (id % 2 = 1)")
+    coord.execute(f"GRANT SELECT ON parted TO {bob}")
+    coord.execute(f"GRANT CREATE ON SCHEMA public TO {bob}")
+    with connect(coord, bob) as c:
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            c.execute(call, ("parted", ["y", "x1"], req))
+        c.execute("SELECT * FROM learnedidx.linregr_train('parted', 'm_bob', 'y', 'ARRAY[1, x1]')")
+        assert c.execute("SELECT read_path FROM m_bob_summary").fetchone()[0] != "shards"
+        assert c.execute("SELECT num_rows_processed FROM m_bob").fetchone()[0] == N // 2
+
+
+def test_features_that_start_with_ones(coord, shards):
+    """An array column whose first element is 1 is MADlib's intercept: over shards as on one
+    node (the reserved intercept column dropped when every shard's rows start with 1)."""
+    a = shards[0].conn
+    a.execute("DROP TABLE IF EXISTS arr")
+    a.execute("CREATE TABLE arr AS SELECT id, y, label, ARRAY[1, x1, x2] AS f FROM part")
+    coord.execute("CREATE TABLE parr (id int, y float8, label boolean, f float8[]) PARTITION BY RANGE (id)")
+    coord.execute(f"CREATE FOREIGN TABLE parr_a PARTITION OF parr FOR VALUES FROM (1) TO ({CUTS[0]}) "
+                  "SERVER shard_a OPTIONS (table_name 'arr')")
+    coord.execute(f"CREATE TABLE parr_local PARTITION OF parr FOR VALUES FROM ({CUTS[0]}) TO (MAXVALUE)")
+    coord.execute("INSERT INTO parr_local SELECT id, y, label, ARRAY[1, x1, x2] FROM one WHERE id >= %s", (CUTS[0],))
+    coord.execute("CREATE TABLE one_arr AS SELECT id, y, label, ARRAY[1, x1, x2] AS f FROM one")
+    for fn, dep in (("linregr", "y"), ("logregr", "label")):
+        for src in ("parr", "one_arr"):
+            coord.execute(f"SELECT * FROM learnedidx.{fn}_train('{src}', 'o_{fn}_{src}', '{dep}', 'f')")
+        got, want = (coord.execute(f"SELECT {', '.join(STATS[fn])} FROM o_{fn}_{src}").fetchone()
+                     for src in ("parr", "one_arr"))
+        for x, w in zip(got, want):
+            _close(x, w)
+        assert len(got[0]) == 3
+        got, want = (coord.execute(f"SELECT read_path, intercept, num_features FROM o_{fn}_{src}_summary").fetchone()
+                     for src in ("parr", "one_arr"))
+        assert got == ("shards", *want[1:]) and want[1] is True
