@@ -29,6 +29,9 @@
  *   qr.c               the dense numerics linregr.c needs: rows folded into an R factor, the
  *                      triangular solve and inverse, singular values (one-sided Jacobi), the
  *                      Student-t and chi-squared tails
+ *   shards.c           _shard_states: a training call's per-shard passes run on the shards of a
+ *                      partitioned table's postgres_fdw partitions, through postgres_fdw's own
+ *                      connections (the caller's user mapping); statistics come back, not rows
  *
  * Functions shared between the files carry the prefix lx_: PostgreSQL loads modules with
  * RTLD_GLOBAL, so an unprefixed name another module exports first could take their calls.

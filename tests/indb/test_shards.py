@@ -62,6 +62,7 @@ class Shard:
 def shards(shard_a_proc, shard_b_proc, tmp_path_factory):
     a = Shard(shard_a_proc, str(tmp_path_factory.mktemp("sa") / "accel.sock"), 1, CUTS[0])
     b = Shard(shard_b_proc, str(tmp_path_factory.mktemp("sb") / "accel.sock"), CUTS[0], CUTS[1])
+    b.conn.execute('ALTER TABLE part RENAME COLUMN x2 TO "X two"')  # the foreign table's column_name names it
     yield a, b
     for s in (a, b):
         s.conn.close()
@@ -79,7 +80,8 @@ def coord(db, shards):
                    f"OPTIONS (host '{s.proc.host}', port '{s.proc.port}', dbname 'shard')")
         db.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER shard_{name} OPTIONS (user '{s.proc.user}')")
         db.execute(f"CREATE FOREIGN TABLE parted_{name} PARTITION OF parted FOR VALUES FROM ({lo}) TO ({hi}) "
-                   f"SERVER shard_{name} OPTIONS (table_name 'part')")
+                   f"SERVER shard_{name} OPTIONS (schema_name 'public', table_name 'part')")
+    db.execute("ALTER FOREIGN TABLE parted_b ALTER COLUMN x2 OPTIONS (column_name 'X two')")
     db.execute(f"CREATE TABLE parted_local PARTITION OF parted FOR VALUES FROM ({CUTS[1]}) TO (MAXVALUE)")
     db.execute(f"INSERT INTO parted_local SELECT * FROM (VALUES {_values(CUTS[1], N + 1)}) AS v")
     _fill(db, "one", 1, N + 1)
@@ -168,6 +170,21 @@ def test_shard_without_extension_is_0A000(coord, shards):
     coord.execute("ALTER SERVER shard_b OPTIONS (SET dbname 'bare')")
     with pytest.raises(psycopg.errors.FeatureNotSupported, match="no learnedidx extension"):
         coord.execute("SELECT * FROM learnedidx.linregr_train('parted', 'm_bare', 'y', 'ARRAY[1, x1]')")
+    a = shards[0].conn
+    a.execute("UPDATE pg_extension SET extversion = '0.0' WHERE extname = 'learnedidx'")
+    try:
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="has learnedidx 0.0"):
+            coord.execute("SELECT * FROM learnedidx.logregr_train('parted', 'm_old', 'label', 'ARRAY[1, x1]')")
+    finally:
+        a.execute("UPDATE pg_extension SET extversion = %s WHERE extname = 'learnedidx'",
+                  (coord.execute("SELECT extversion FROM pg_extension WHERE extname = 'learnedidx'").fetchone()[0],))
+    # a shard without the table: the shard's own SQLSTATE
+    coord.execute("ALTER SERVER shard_b OPTIONS (SET dbname 'shard')")
+    coord.execute("ALTER FOREIGN TABLE parted_b OPTIONS (SET table_name 'gone')")
+    with pytest.raises(psycopg.errors.UndefinedTable):
+        coord.execute("SELECT * FROM learnedidx.linregr_train('parted', 'm_gone', 'y', 'ARRAY[1, x1]')")
+    assert coord.execute("SELECT to_regclass('m_bare'), to_regclass('m_old'), to_regclass('m_gone')").fetchone() == \
+        (None, None, None)
 
 
 def test_shard_error_reaches_the_caller_and_nothing_is_left(coord, shards):

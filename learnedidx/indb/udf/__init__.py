@@ -15,6 +15,8 @@ directly (tests/indb/test_udf.py) and through SQL.
 * :mod:`.session`: the PL/Python session: prepared statements, errors raised as PostgreSQL's;
 * :mod:`.grouped`: a grouped call's stream and its groups, in one statement;
 * :mod:`.train`: the training driver, ``learnedidx._train_impl``;
+* :mod:`.shards`: training over a partitioned table's postgres_fdw shards: the coordinator's
+  merge and the shard's pass (``learnedidx._shard_state``);
 * :mod:`.svm`: MADlib's svm functions (through the driver), with :mod:`.svm_params` (their
   arguments) and :mod:`.svm_kernels` (their kernels' random features, drawn as MADlib draws them).
 
