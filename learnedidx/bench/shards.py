@@ -6,7 +6,8 @@ range-partitioned by id into N postgres_fdw foreign tables, one per shard cluste
 its share of the same rows (copied from ``bench_x``).  Each task runs on both, interleaved,
 ``--repeat`` rounds (medians); the report gives wall time, shards ÷ single node, the bytes the
 shards and the coordinator exchanged (requests and replies, as the coordinator counts them: the
-summary's ``timings -> 'shards'``) per shard and per pass, and the largest coefficient
+summary's ``timings -> 'shards'``) per shard and per pass, the passes the shards streamed (the
+others read the rows their servers kept), and the largest coefficient
 difference relative to the largest coefficient.
 """
 from __future__ import annotations
@@ -125,8 +126,8 @@ def _measure(coord, n: int, shards: int, tasks: list[str], repeat: int) -> None:
         sent, received, calls = sh.get("bytes_sent", 0), sh.get("bytes_received", 0), sh.get("calls", 0)
         a, b = parted[t][-1][1], one[t][-1][1]
         agree = float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300)) if a.shape == b.shape else float("nan")
-        table.append([t, s1, sp, sp / s1, tm["path"], calls, sent + received, (sent + received) / max(1, calls * shards),
-                      f"{agree:.1e}"])
+        table.append([t, s1, sp, sp / s1, tm["path"], calls, sh.get("passes_streamed", "—"), sent + received,
+                      (sent + received) / max(1, calls * shards), f"{agree:.1e}"])
     print_table(f"{n:,} rows: one node vs {shards} shards (medians of {repeat} interleaved rounds)",
-                ["task", "one node s", "shards s", "shards ÷ one node", "path", "passes", "bytes exchanged",
-                 "bytes per shard-pass", "coef difference"], table)
+                ["task", "one node s", "shards s", "shards ÷ one node", "path", "passes", "passes streamed",
+                 "bytes exchanged", "bytes per shard-pass", "coef difference"], table)

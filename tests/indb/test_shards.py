@@ -145,6 +145,8 @@ def test_logregr_over_shards_equals_one_node(coord):
     assert path == "shards"
     it = coord.execute("SELECT num_iterations FROM m_parted").fetchone()[0]
     assert it > 2 and timings["shards"]["calls"] == it + 1  # one pass per iteration, one at the result
+    # each partition streamed its rows once: its server kept them for the later passes
+    assert timings["shards"]["passes_streamed"] == 3
     assert _compare(coord, "logregr", "label", "g", ", 20, 'cg', 1e-10", tag="g")[0] == "shards"
 
 
@@ -336,3 +338,35 @@ def test_features_that_start_with_ones(coord, shards):
         got, want = (coord.execute(f"SELECT read_path, intercept, num_features FROM o_{fn}_{src}_summary").fetchone()
                      for src in ("parr", "one_arr"))
         assert got == ("shards", *want[1:]) and want[1] is True
+
+
+def test_kept_rows_are_given_back_only_when_unused():
+    """The server's rows kept between passes: within the budget (least recently used given back
+    first), never given back while a pass uses them, not used for another lead."""
+    from learnedidx.indb.runtime.shards import Kept
+
+    class Cache:
+        released = 0
+
+        def release(self):
+            self.released += 1
+
+    class Src:
+        def __init__(self, n):
+            self.cached = (np.zeros(n), np.ones((n, 2)))
+            self.n, self.lead, self.ones, self._caches = n, 1, True, [Cache()]
+
+    kept = Kept()
+    a, b = Src(10), Src(10)
+    ca, cb = a._caches[0], b._caches[0]
+    size = 10 * 8 * 3
+    kept.put("a" * 32, a, budget=2 * size)
+    with kept.using("a" * 32, 0) as rows:
+        assert rows is None  # another lead: not these rows
+    with kept.using("a" * 32, 1) as rows:
+        assert rows.n == 10 and rows.lead == 1
+        kept.put("b" * 32, b, budget=size)  # evicts a's rows, in use: not given back yet
+        assert ca.released == 0 and len(kept) == 1
+    assert ca.released == 1
+    kept.drop("b" * 32)
+    assert cb.released == 1 and len(kept) == 0

@@ -19,8 +19,13 @@ without rows (or a group without rows on a shard) replies none, not an error.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Iterator
 
 import numpy as np
 
@@ -41,14 +46,142 @@ def _vector(value, name: str) -> np.ndarray:
     return v
 
 
+class _KeptRows(InMemory):
+    """A shard's rows kept from an earlier pass of the same call: the first pass's design matrix
+    (its lead columns, and the group column when grouped)."""
+
+    def __init__(self, y: np.ndarray, X: np.ndarray, lead: int, ones: bool) -> None:
+        super().__init__(X, y, checked=True)
+        self.lead, self.ones, self.need_all = lead, ones, False
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.y, self.X
+
+
+@dataclass
+class _Entry:
+    y: np.ndarray
+    X: np.ndarray
+    lead: int
+    ones: bool
+    size: int
+    used: float
+    caches: list
+    users: int = 0  # passes using the rows now: given back only when none is
+    dropped: bool = False
+
+
+class Kept:
+    """Rows shards keep in this server between the passes of one training call (logregr's
+    iterations), so that a shard reads its rows once, as one node does.
+
+    A token names them: a random secret the shard's backend makes for one coordinator call in
+    one of its transactions and as one role (:func:`learnedidx.indb.udf.shards.shard_state`), so
+    that only the backend that read the rows, in the snapshot they were read in, uses them again.
+    The rows kept by all calls together stay within ``budget`` bytes (the server's memory limit of
+    one call), the least recently used given back first; rows unused for :data:`TTL` seconds, or
+    after the call's last pass, are given back; a token not found (given back) streams again."""
+
+    TTL = 600.0
+
+    def __init__(self) -> None:
+        self._rows: OrderedDict[str, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def using(self, token: str | None, lead: int) -> Iterator[_KeptRows | None]:
+        """The rows kept under ``token`` (None: none), not given back while in use."""
+        e = None
+        if token:
+            with self._lock:
+                self._expire()
+                e = self._rows.get(token)
+                if e is not None and e.lead == lead:
+                    self._rows.move_to_end(token)
+                    e.used = time.monotonic()
+                    e.users += 1
+                else:
+                    e = None
+        try:
+            yield None if e is None else _KeptRows(e.y, e.X, e.lead, e.ones)
+        finally:
+            if e is not None:
+                with self._lock:
+                    e.users -= 1
+                    if e.dropped and not e.users:
+                        _release(e.caches)
+
+    def put(self, token: str, src, budget: int) -> None:
+        """Keep ``src``'s rows (a stream whose first pass kept them) under ``token``: the
+        memory is this cache's from now on, not the stream's."""
+        if src.cached is None or src.n <= 0:
+            return
+        y, X = src.cached
+        caches, src._caches = src._caches, []
+        size = y.nbytes + X.nbytes
+        if size > budget:
+            _release(caches)
+            return
+        with self._lock:
+            self._drop(token)
+            while self._rows and sum(e.size for e in self._rows.values()) + size > budget:
+                self._drop(next(iter(self._rows)))
+            self._rows[token] = _Entry(y, X, src.lead, bool(src.ones), size, time.monotonic(), caches)
+
+    def drop(self, token: str) -> None:
+        with self._lock:
+            self._drop(token)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def _drop(self, token: str) -> None:
+        e = self._rows.pop(token, None)
+        if e is not None:
+            e.dropped = True
+            if not e.users:
+                _release(e.caches)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for token in [t for t, e in self._rows.items() if now - e.used > self.TTL]:
+            self._drop(token)
+
+
+def _release(caches: list) -> None:
+    for cache in caches:
+        cache.release()
+
+
+#: The rows kept between passes, in this server.
+KEPT = Kept()
+
+
+def shard_pass(algorithm: str, src, request: dict, grouped: bool, threads: int, stop: StopCheck,
+               budget: int) -> list[dict]:
+    """:func:`passes` over the rows kept under ``request["kept"]`` when this server has them,
+    else over the stream ``src`` (keeping its rows for the next pass); ``request["last"]``:
+    the call's last pass, after which they are given back."""
+    if not isinstance(request, dict):
+        raise BadRequestError("shard_pass must be a JSON object")
+    token = request.get("kept")
+    if token is not None and (not isinstance(token, str) or len(token) < 32):
+        raise BadRequestError("kept must be a token of at least 32 characters")
+    with KEPT.using(token, src.lead) as rows:
+        out = passes(algorithm, rows or src, request, grouped, threads, stop)
+    if token and request.get("last"):
+        KEPT.drop(token)
+    elif token and rows is None:
+        KEPT.put(token, src, budget)
+    return out
+
+
 def passes(algorithm: str, src, request: dict, grouped: bool, threads: int, stop: StopCheck) -> list[dict]:
     """This shard's pass over ``src`` (its lead fixed): one reply per group that has rows,
     ``group`` its number (None without grouping).  ``request["coefs"]``: logregr's coefficients
     per group ({group number as text: coefficients}; none: zeros), groups without are skipped."""
     if algorithm not in catalog.SHARDED:
         raise NotSupportedError(f"{algorithm} does not train over shards")
-    if not isinstance(request, dict):
-        raise BadRequestError("shard_pass must be a JSON object")
     coefs = request.get("coefs")
     with ThreadPoolExecutor(threads) as ex:
         if not grouped:

@@ -19,7 +19,7 @@ class Session:
     names, prepared on first use in this session."""
 
     def __init__(self, plpy: Any, SD: dict, statements: dict[str, tuple[str, list[str]]]) -> None:
-        self.plpy = plpy
+        self.plpy, self.SD = plpy, SD
         self._plans = SD.setdefault("learnedidx plans", {})
         self._statements = {**statements, "search_path": (_SET_PATH, ["text"])}
 

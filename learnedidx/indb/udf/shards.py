@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +49,7 @@ STATEMENTS = {
     "regclass": ("SELECT $1::pg_catalog.regclass::pg_catalog.oid AS oid", ["text"]),  # 42P01 if none
     "merge": ("SELECT learnedidx.linregr_merge_states($1, $2)::pg_catalog.text AS s",
               ["learnedidx.bytea8", "learnedidx.bytea8"]),
+    "xact": ("SELECT pg_catalog.now()::pg_catalog.text AS t, CURRENT_USER::pg_catalog.text AS u", []),
     "ext_version": ("SELECT extversion FROM pg_catalog.pg_extension WHERE extname = 'learnedidx'", []),
 }
 #: logregr's optimizers that step from the sums of a pass (igd steps row by row: not over shards).
@@ -70,6 +72,7 @@ class Plan:
     bytes_sent: int = 0
     bytes_received: int = 0
     calls: int = 0
+    streamed: int = 0  # passes the partitions streamed (the others read rows a server kept)
     paths: set = field(default_factory=set)
 
 
@@ -118,10 +121,14 @@ class _Shards:
             out.append((server_result(r["reply"]), None if r["keys"] is None else r["keys"]))
         if p.local_bounds:
             local_from = "(SELECT * FROM %s WHERE %s)" % (p.name, " OR ".join("(%s)" % b for b in p.local_bounds))
-            raw, keys = _pass(db, json.loads(reqs[-1]), None, local_from, p.columns, p.ngroups)
+            req = json.loads(reqs[-1])
+            _kept_token(db, db.SD, req["params"]["shard_pass"], [p.parent, p.columns, p.ngroups])
+            raw, keys = _pass(db, req, None, local_from, p.columns, p.ngroups)
             out.append((server_result(raw), keys))
         for reply, _ in out:
-            p.paths.add(reply.get("path"))
+            if reply.get("timings", {}).get("passes"):
+                p.paths.add(reply.get("path"))
+                p.streamed += reply["timings"]["passes"]
         return out
 
 
@@ -155,6 +162,9 @@ class _Groups:
     def __init__(self, replies: list[tuple[dict, dict | None]], ngroups: int) -> None:
         self.local: list[dict] = []  # per shard: its group number (text) -> key
         self.rows: dict[str, int] = {}
+        # what the first pass read (later passes may use the rows the shards kept)
+        self.skipped = sum(r.get("num_rows_skipped", 0) for r, _ in replies)
+        self.features_form = replies[0][0].get("features_form")
         for _, keys in replies:
             m = {}
             if keys is None:
@@ -209,6 +219,8 @@ def _logregr(db: Session, sh: _Shards, request: dict, opts: dict, caller_path: s
     if max_iter < 1 or not tolerance >= 0:
         raise ParameterError("max_iter must be at least 1 and tolerance not negative")
     lead = request["params"].get("intercept") is not False
+    call = {"call": secrets.token_hex(16)}  # the shards keep their rows for this call's passes
+    request = {**request, "params": {**request["params"], "shard_pass": call}}
     replies = sh.run(request)
     groups = _Groups(replies, sh.p.ngroups)
     parts = groups.by_key(replies)
@@ -255,11 +267,12 @@ def _logregr(db: Session, sh: _Shards, request: dict, opts: dict, caller_path: s
         pending = {key for key in parts if key not in out}
         if not pending:
             break
+        last = all(state[key]["final"] for key in pending)
         per_part = []
         for s in range(len(replies)):
             coefs = {num: state[key]["coef"] for num, key in groups.local[s].items() if key in pending}
             per_part.append({**request, "ngroups": sh.p.ngroups,
-                             "params": {**request["params"], "shard_pass": {"coefs": coefs}}})
+                             "params": {**request["params"], "shard_pass": {"coefs": coefs, **call, "last": last}}})
         replies = sh.run(request, per_part)
         parts = {key: gs for key, gs in groups.by_key(replies).items() if key in pending}
     k = len(next(iter(state.values()))["coef"] or []) if state else 0
@@ -307,18 +320,18 @@ def train(db: Session, p: Plan, request: dict, opts: dict, out: str | None, grou
     if not models:
         raise TrainingDataError("no rows to train on (the table is empty or every row has NULLs)")
     seconds = time.perf_counter() - t0
-    first = replies[0][0]
-    reply = {**shared, "features_form": first.get("features_form"), "train_seconds": seconds,
-             "path": "shards", "threads": first.get("threads"),
+    reply = {**shared, "features_form": groups.features_form, "train_seconds": seconds,
+             "path": "shards", "threads": replies[0][0].get("threads"),
              "num_rows_processed": sum(m["num_rows_processed"] for m in models.values()),
              "num_rows_skipped": 0,
              "timings": {"train": seconds, "shards": {"partitions": len(p.foreign) + (1 if p.local_bounds else 0),
-                                                     "calls": p.calls, "bytes_sent": p.bytes_sent,
+                                                     "calls": p.calls, "passes_streamed": p.streamed,
+                                                     "bytes_sent": p.bytes_sent,
                                                      "bytes_received": p.bytes_received,
                                                      "shard_paths": sorted(x for x in p.paths if x)}}}
     if group_names is None:
         m = models["null"]
-        reply["num_rows_skipped"] = sum(r.get("num_rows_skipped", 0) for r, _ in replies)
+        reply["num_rows_skipped"] = groups.skipped
         reply["groups"] = [{"group": None, **m, "train_seconds": seconds}]
         return reply, None
     order = _ordered(db, out, list(groups.rows), group_names)
@@ -355,6 +368,24 @@ def shard_state(plpy: Any, SD: dict, request: str, schema: str, relname: str, co
         raise ParameterError("ngroups must count grouping columns among the columns")
     table = db.quote_ident(schema) + "." + db.quote_ident(relname)
     oid = db.one("regclass", table)["oid"]
+    _kept_token(db, SD, params["shard_pass"], [oid, list(columns), ngroups])
     req = {"algorithm": req["algorithm"], "params": params, "ngroups": ngroups}
     raw, keys = _pass(db, req, oid, table, list(columns), ngroups)
     return json.dumps({"reply": raw, "keys": keys})
+
+
+def _kept_token(db: Session, SD: dict, shard_pass: dict, what: list) -> None:
+    """The token under which this shard's server keeps the rows between the passes of one
+    coordinator call (``call``): a secret of this backend's, for this call, transaction, role and
+    columns only, so that no other session, snapshot or role uses those rows (a token the
+    request brings is ignored)."""
+    shard_pass.pop("kept", None)
+    call = shard_pass.pop("call", None)
+    if not isinstance(call, str):
+        return
+    now = db.one("xact")
+    tokens = SD.setdefault("learnedidx kept", {})
+    for key in [k for k in tokens if k[1] != now["t"]]:  # other transactions'
+        del tokens[key]
+    key = (call, now["t"], now["u"], json.dumps(what))
+    shard_pass["kept"] = tokens.setdefault(key, secrets.token_hex(16))  # (128 random bits)

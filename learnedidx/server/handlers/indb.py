@@ -119,7 +119,8 @@ def indb_train(args, arrays, ctx):
         elif shard_pass is not None:
             if params.get("intercept") is False:
                 src.set_lead(0)
-            groups, shared = shards.passes(algorithm, src, shard_pass, grouped, threads, closed.is_set), {}
+            groups, shared = shards.shard_pass(algorithm, src, shard_pass, grouped, threads, closed.is_set,
+                                               limits.max_call_bytes), {}
         elif igd is not None:
             groups, shared = svm_igd.fit(src, igd, grouped, closed.is_set)
         else:
