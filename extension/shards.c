@@ -32,6 +32,7 @@
 #include "foreign/foreign.h"
 #include "libpq-fe.h"
 #include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
@@ -114,6 +115,7 @@ check_parent(Oid parent, Datum *names, int n)
 {
 	int			i;
 
+	LockRelationOid(parent, AccessShareLock);	/* as a SELECT of it: no DROP meanwhile */
 	if (get_rel_relkind(parent) != RELKIND_PARTITIONED_TABLE)
 		ereport(ERROR, (errcode(ERRCODE_WRONG_OBJECT_TYPE),
 						errmsg("\"%s\" is not a partitioned table", get_rel_name(parent))));
@@ -147,6 +149,7 @@ prepare_shard(Shard *s, Oid parent, Oid part, Datum *names, int n, text *request
 	char	   *lit;
 	int			i;
 
+	LockRelationOid(part, AccessShareLock);
 	if (!list_member_oid(get_partition_ancestors(part), parent))
 		ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 						errmsg("\"%s\" is not a partition of \"%s\"", get_rel_name(part), get_rel_name(parent))));

@@ -5,7 +5,8 @@ package ``learnedidx._extension``; they are read through :mod:`importlib.resourc
 installed wheel installs the same files as a source checkout.  :func:`install` builds the
 extension's C module and installs it with the control file and scripts by running PGXS's
 ``make install`` in a temporary copy of the package data, as for any contrib module; that
-needs ``make``, a C compiler and the server's headers (Debian: ``postgresql-server-dev-15``).
+needs ``make``, a C compiler, the server's and libpq's headers (Debian: ``postgresql-server-dev-15``, which
+brings ``libpq-dev``).
 :func:`installcheck` runs the extension's regression suite (``sql/``, ``expected/``) the same
 way, with PGXS's ``make installcheck``.
 

@@ -122,6 +122,11 @@ def _copy_postgres(dst: Path) -> Path:
     for d in dirs:
         shutil.copytree(d, dst / d.relative_to(root), symlinks=True,
                         ignore=shutil.ignore_patterns("bitcode", "learnedidx*"))
+    # libpq's headers (Debian's libpq-dev, which postgresql-server-dev-15 depends on): shards.c
+    # calls postgres_fdw's connections, as contrib/postgres_fdw does
+    inc = _pg_config("--includedir")
+    for h in ("libpq-fe.h", "postgres_ext.h", "pg_config_ext.h"):
+        shutil.copy2(inc / h, dst / inc.relative_to(root) / h)
     return dst / _pg_config("--bindir").relative_to(root) / "pg_config"
 
 

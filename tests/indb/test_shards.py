@@ -151,9 +151,49 @@ def test_logregr_over_shards_equals_one_node(coord):
 
 
 def test_other_calls_read_rows_as_before(coord):
-    """svm (and expressions) over shards: the query path through postgres_fdw, as before."""
+    """svm and expressions over shards: the query path through postgres_fdw, as before."""
     coord.execute("SELECT * FROM learnedidx.linregr_train('parted', 'm_expr', 'y', 'ARRAY[1, x1 * 2, x2, x3]')")
-    assert coord.execute("SELECT read_path FROM m_expr_summary").fetchone()[0] != "shards"
+    coord.execute("SELECT * FROM learnedidx.svm_train('parted', 'm_svm', 'label', 'ARRAY[1, x1, x2]')")
+    for m in ("m_expr", "m_svm"):
+        assert coord.execute(f"SELECT read_path FROM {m}_summary").fetchone()[0] not in ("shards", None)
+
+
+MY_LOGIT = """
+epochs = 6
+tolerance = 0
+labels = "binary"
+
+def acc_grad(w, x, y):
+    return (y - 1.0 / (1.0 + exp(-dot(w, x)))) * x
+
+def acc_hess(w, x, y):
+    p = 1.0 / (1.0 + exp(-dot(w, x)))
+    return p * (1.0 - p) * outer(x, x)
+
+def update(w, grad, hess):
+    return w + solve(hess, grad)
+
+def loss(w, x, y):
+    z = dot(w, x)
+    return log1p(exp(-abs(z))) + max(z, 0.0) - y * z
+"""
+
+
+def test_dsl_accumulate_algorithm_over_shards(coord):
+    """A DSL accumulate algorithm (its accumulators summed over the shards, its update on the
+    coordinator's server) equals one node's: its model, loss and epochs."""
+    coord.execute("SELECT learnedidx.register_algorithm('my_logit', %s)", (MY_LOGIT,))
+    for src in ("parted", "one"):
+        coord.execute(f"SELECT * FROM learnedidx.train('my_logit', '{src}', 'label', 'ARRAY[1, x1, x2, x3]', "
+                      f"out_table => 'd_{src}')")
+    got, want = (coord.execute(f"SELECT coef, loss, num_iterations, num_rows_processed FROM d_{src}").fetchone()
+                 for src in ("parted", "one"))
+    assert (got[2], got[3]) == (want[2], want[3]) == (6, N), (got, want)
+    _close(got[0], want[0])
+    _close(got[1], want[1])
+    path, timings = coord.execute("SELECT read_path, timings FROM d_parted_summary").fetchone()
+    # six epochs and the loss pass; each partition streamed once
+    assert path == "shards" and timings["shards"]["calls"] == 7 and timings["shards"]["passes_streamed"] == 3
 
 
 def test_shard_down_is_08(coord, shards):
@@ -224,7 +264,8 @@ def test_cancel_is_57014_and_stops_the_shards(coord, shards):
     t.start()
     try:
         # the shard's pass is waiting for the lock: an event, not a sleep
-        while not shards[0].conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0]:
+        while t.is_alive() and not shards[0].conn.execute("SELECT count(*) FROM pg_locks WHERE NOT granted"
+                                                          ).fetchone()[0]:
             pass
         coord.execute("SELECT pg_cancel_backend(%s)", (pid,))
         t.join(60)

@@ -202,16 +202,23 @@ class Accumulation:
 
     def update(self, w: np.ndarray, sums: list, n: int, info: dict) -> tuple[np.ndarray, float | None]:
         """(the next model, its loss when update gives it)."""
-        values = {"w": w.copy(), "n": n}
-        values.update({a: (v[0] if mode == "scalar" else v) for a, v, mode in zip(self.alg.accumulators, sums,
-                                                                               self.modes)})
-        info["accumulators"] = {a: values[a] for a in self.alg.accumulators}
-        out = self.alg.namespace["update"](*[values[a] for a in self.alg.update_args])
-        new, loss = (out[0], float(out[1])) if self.alg.update_gives_loss else (out, None)
-        new = np.asarray(new, np.float64)
-        if new.shape != w.shape:
-            raise DSLError(f"update must return the model: {w.shape[0]} values, not shape {new.shape}")
-        return new, loss
+        return update(self.alg, w, sums, self.modes, n, info)
+
+
+def update(alg: Algorithm, w: np.ndarray, sums: list, modes: tuple, n: int, info: dict
+           ) -> tuple[np.ndarray, float | None]:
+    """An accumulate algorithm's ``update`` of ``w`` from the sums of a pass over ``n`` rows
+    (each accumulator's ``modes``: "scalar" ones are passed as numbers): (the next model, its
+    loss when update gives it)."""
+    values = {"w": w.copy(), "n": n}
+    values.update({a: (v[0] if mode == "scalar" else v) for a, v, mode in zip(alg.accumulators, sums, modes)})
+    info["accumulators"] = {a: values[a] for a in alg.accumulators}
+    out = alg.namespace["update"](*[values[a] for a in alg.update_args])
+    new, loss = (out[0], float(out[1])) if alg.update_gives_loss else (out, None)
+    new = np.asarray(new, np.float64)
+    if new.shape != w.shape:
+        raise DSLError(f"update must return the model: {w.shape[0]} values, not shape {new.shape}")
+    return new, loss
 
 
 def _train_accumulate(alg, src, s, ex, stop, info):

@@ -33,7 +33,9 @@ from learnedidx.errors import BadRequestError, NotSupportedError, TrainingDataEr
 from learnedidx.indb.runtime import lstsq, stats
 from learnedidx.indb.runtime.algorithms import builtin
 from learnedidx.indb.runtime.data import NO_FEATURES, NOT_FINITE, InMemory
-from learnedidx.indb.runtime.engine import Accumulation, StopCheck
+from learnedidx.indb.dsl import Algorithm, settings_for
+from learnedidx.indb.dsl.kernels import loss_kernel
+from learnedidx.indb.runtime.engine import Accumulation, StopCheck, check_stop, update
 from learnedidx.indb.runtime.logregr import _ConjugateGradient, _irls
 from learnedidx.indb.runtime.models import _groups
 from learnedidx.indb.udf import catalog
@@ -157,16 +159,20 @@ def _release(caches: list) -> None:
 KEPT = Kept()
 
 
-def shard_pass(algorithm: str, src, request: dict, grouped: bool, threads: int, stop: StopCheck,
+def shard_pass(algorithm: str | Algorithm, src, request: dict, grouped: bool, threads: int, stop: StopCheck,
                budget: int) -> list[dict]:
     """:func:`passes` over the rows kept under ``request["kept"]`` when this server has them,
     else over the stream ``src`` (keeping its rows for the next pass); ``request["last"]``:
-    the call's last pass, after which they are given back."""
+    the call's last pass, after which they are given back (``release``: given back, no pass)."""
     if not isinstance(request, dict):
         raise BadRequestError("shard_pass must be a JSON object")
     token = request.get("kept")
     if token is not None and (not isinstance(token, str) or len(token) < 32):
         raise BadRequestError("kept must be a token of at least 32 characters")
+    if request.get("release"):
+        if token:
+            KEPT.drop(token)
+        return []
     with KEPT.using(token, src.lead) as rows:
         out = passes(algorithm, rows or src, request, grouped, threads, stop)
     if token and request.get("last"):
@@ -176,11 +182,17 @@ def shard_pass(algorithm: str, src, request: dict, grouped: bool, threads: int, 
     return out
 
 
-def passes(algorithm: str, src, request: dict, grouped: bool, threads: int, stop: StopCheck) -> list[dict]:
+def passes(algorithm: str | Algorithm, src, request: dict, grouped: bool, threads: int, stop: StopCheck
+           ) -> list[dict]:
     """This shard's pass over ``src`` (its lead fixed): one reply per group that has rows,
-    ``group`` its number (None without grouping).  ``request["coefs"]``: logregr's coefficients
-    per group ({group number as text: coefficients}; none: zeros), groups without are skipped."""
-    if algorithm not in catalog.SHARDED:
+    ``group`` its number (None without grouping).  ``request["coefs"]``: the coefficients per
+    group ({group number as text: coefficients}; none: zeros), groups without are skipped; for a
+    DSL algorithm (compiled: accumulate algorithms only), ``binary`` (its labels are 0/1) and
+    ``loss_only`` (the loss summed, no accumulators)."""
+    dsl = isinstance(algorithm, Algorithm)
+    if dsl and algorithm.form != "accumulate":
+        raise NotSupportedError(f"{algorithm.name} is not an accumulate algorithm: it does not train over shards")
+    if not dsl and algorithm not in catalog.SHARDED:
         raise NotSupportedError(f"{algorithm} does not train over shards")
     coefs = request.get("coefs")
     with ThreadPoolExecutor(threads) as ex:
@@ -200,7 +212,9 @@ def passes(algorithm: str, src, request: dict, grouped: bool, threads: int, stop
             if coefs is not None and c is None:
                 continue  # a group the coordinator is done with
             t0 = time.perf_counter()
-            if algorithm == "linregr":
+            if dsl:
+                reply = _accumulate(part, algorithm, c, request, src.lead, ex, stop)
+            elif algorithm == "linregr":
                 reply = _linregr(part, src.lead, ex, stop)
             else:
                 reply = _logregr(part, c, src.lead, ex, stop)
@@ -210,6 +224,31 @@ def passes(algorithm: str, src, request: dict, grouped: bool, threads: int, stop
     if src.n > 0 and src.d - (1 if grouped else 0) <= 0:
         raise TrainingDataError(NO_FEATURES)
     return out
+
+
+def _start(part, c) -> tuple[np.ndarray, np.ndarray, float]:
+    """(coefficients, the first row's features and label) of a pass at ``c`` (None: zeros)."""
+    y0, X0 = part.peek()
+    w = np.zeros(X0.shape[1]) if c is None else _vector(c, "coefs")
+    if w.shape != (X0.shape[1],):
+        raise BadRequestError(f"coefficients of {X0.shape[1]} values expected, not {w.shape}")
+    return w, X0[0], float(y0[0])
+
+
+def _accumulate(part, alg: Algorithm, c, request: dict, lead: int, ex: ThreadPoolExecutor, stop: StopCheck
+                ) -> dict:
+    """A DSL accumulate algorithm's pass at ``c``: its accumulators and loss summed (the
+    engine's :class:`.Accumulation`), or only the loss (``loss_only``)."""
+    w, x0, y0 = _start(part, c)
+    if request.get("loss_only"):
+        loss_k = loss_kernel(alg)
+        out = {"lsum": float(sum(part.each(lambda y, X: (check_stop(stop), loss_k(X, y, w))[1], ex)))}
+    else:
+        acc = Accumulation(alg, w, x0, y0, "binary" if request.get("binary") else "any")
+        sums, lsum = acc.run(part, w, ex, stop)
+        out = {"sums": [np.asarray(v).tolist() for v in sums], "modes": list(acc.modes), "lsum": lsum}
+    # (after the pass: a stream knows its rows and their first feature once its first pass ended)
+    return {**out, "n": int(part.n), "d": len(w), "ones": _ones(part, lead)}
 
 
 def _ones(part, lead: int) -> bool:
@@ -228,23 +267,24 @@ def _linregr(part, lead: int, ex: ThreadPoolExecutor, stop: StopCheck) -> dict:
 
 
 def _logregr(part, c, lead: int, ex: ThreadPoolExecutor, stop: StopCheck) -> dict:
-    first = part.peek()
-    y0, X0 = first
-    w = np.zeros(X0.shape[1]) if c is None else _vector(c, "coefs")
-    if w.shape != (X0.shape[1],):
-        raise BadRequestError(f"coefficients of {X0.shape[1]} values expected, not {w.shape}")
-    acc = Accumulation(builtin("logregr"), w, X0[0], float(y0[0]), "binary")
+    w, x0, y0 = _start(part, c)
+    acc = Accumulation(builtin("logregr"), w, x0, y0, "binary")
     (g, H), loss = acc.run(part, w, ex, stop)
     return {"n": int(part.n), "grad": g.tolist(), "hess": H.tolist(), "loss": loss,
             "ones": _ones(part, lead)}
 
 
-def step(request: dict) -> list[dict]:
-    """The coordinator's step of each group from its merged sums: {"coef" (None: zeros), "grad",
-    "hess", "loss", "cg" (the conjugate gradient's last gradient and direction)} -> {"coef",
-    "cg"}; with ``final``, MADlib's statistics at "coef" instead."""
+def step(algorithm: str | Algorithm, request: dict, params: dict) -> list[dict]:
+    """The coordinator's step of each group from its merged sums: logregr's {"coef" (None:
+    zeros), "grad", "hess", "loss", "cg" (the conjugate gradient's last gradient and direction)}
+    -> {"coef", "cg"}, with ``final`` MADlib's statistics at "coef" instead; a DSL algorithm's
+    (:func:`dsl_step`)."""
     if not isinstance(request, dict) or not isinstance(request.get("groups"), list):
         raise BadRequestError("shard_step must be a JSON object with groups")
+    if isinstance(algorithm, Algorithm):
+        return dsl_step(algorithm, request, params)
+    if algorithm != "logregr":
+        raise NotSupportedError(f"{algorithm} has no step over shards")
     out = []
     for grp in request["groups"]:
         g, H = _vector(grp["grad"], "grad"), _vector(grp["hess"], "hess")
@@ -267,4 +307,24 @@ def step(request: dict) -> list[dict]:
             with np.errstate(all="ignore"):
                 new = _irls(c, g, H, loss)
             out.append({"coef": new.tolist()})
+    return out
+
+
+def dsl_step(alg: Algorithm, request: dict, params: dict) -> list[dict]:
+    """A DSL algorithm's ``update`` from the merged sums of a pass, {"coef" (None: zeros),
+    "sums", "modes", "n", "d"} -> {"coef", "given" (the loss update gives, or None)}; with
+    ``probe``, how it trains: whether over shards (an accumulate algorithm whose labels need no
+    mapping of all the rows), its epochs and tolerance, and whether a loss pass follows."""
+    s = settings_for(alg.settings, params)
+    if request.get("probe"):
+        return [{"sharded": alg.form == "accumulate" and s["labels"] != "signed", "epochs": int(s["epochs"]),
+                 "tolerance": float(s["tolerance"]), "binary": s["labels"] == "binary",
+                 "loss_pass": loss_kernel(alg) is not None and not alg.update_gives_loss}]
+    out = []
+    for grp in request["groups"]:
+        w = np.zeros(int(grp["d"])) if grp.get("coef") is None else _vector(grp["coef"], "coef")
+        sums = [_vector(v, "sums") for v in grp["sums"]]
+        with np.errstate(all="ignore"):
+            new, given = update(alg, w, sums, tuple(grp["modes"]), int(grp["n"]), {})
+        out.append({"coef": new.tolist(), "given": given})
     return out

@@ -69,6 +69,7 @@ class Plan:
     local_bounds: list[str]
     columns: list[str]
     ngroups: int
+    dsl: dict | None  # a DSL algorithm's settings (its server's probe)
     bytes_sent: int = 0
     bytes_received: int = 0
     calls: int = 0
@@ -76,10 +77,11 @@ class Plan:
     paths: set = field(default_factory=set)
 
 
-def plan(db: Session, oid: int | None, algorithm: str, opts: dict, hetero: bool, reader: str,
-         columns: list[str] | None, groups: list | None) -> Plan | None:
+def plan(db: Session, oid: int | None, request: dict, opts: dict, hetero: bool, reader: str,
+         columns: list[str] | None, groups: list | None, caller_path: str) -> Plan | None:
     """The call's plan over shards, or None when it reads as before (no postgres_fdw
     partition, or a call the shards cannot merge exactly: the query path reads the rows)."""
+    algorithm = request["algorithm"]
     if oid is None or reader == "query" or columns is None:
         return None
     rel = db.one("relation", oid)
@@ -89,15 +91,20 @@ def plan(db: Session, oid: int | None, algorithm: str, opts: dict, hetero: bool,
     foreign = [r["oid"] for r in leaves if r["kind"] == "f"]
     if not foreign or any(r["kind"] == "f" and r["handler"] != "postgres_fdw_handler" for r in leaves):
         return None
-    if algorithm not in catalog.SHARDED or hetero:
-        return None
     if algorithm == "logregr" and opts.get("optimizer", "irls") not in STEPPED:
         return None
     if groups is not None and any(g.expression is not None for g in groups):
         return None
+    settings = None
+    if algorithm not in catalog.BUILTINS:  # a DSL algorithm: accumulate ones (its server says)
+        settings = _step(db, request, {"probe": True, "groups": []}, caller_path, opts)[0]
+        if not settings["sharded"]:
+            return None
+    elif algorithm not in catalog.SHARDED or hetero:
+        return None
     group_cols = [] if groups is None else [g.name for g in groups]
     return Plan(oid, rel["name"], foreign, [r["bound"] for r in leaves if r["kind"] == "r"],
-                columns + group_cols, len(group_cols))
+                columns + group_cols, len(group_cols), settings)
 
 
 # ---------------------------------------------------------------------------- the coordinator
@@ -224,14 +231,12 @@ def _logregr(db: Session, sh: _Shards, request: dict, opts: dict, caller_path: s
     replies = sh.run(request)
     groups = _Groups(replies, sh.p.ngroups)
     parts = groups.by_key(replies)
-    if lead and parts and all(g["ones"] for gs in parts.values() for g in gs):
+    ones = bool(parts) and all(g["ones"] for gs in parts.values() for g in gs)
+    if lead and ones:
         lead = False  # the features start with ones: no intercept column of ours, the first pass again
         request = {**request, "params": {**request["params"], "intercept": False}}
         replies = sh.run(request)
         parts = groups.by_key(replies)
-        ones = True
-    else:
-        ones = False
     state = {key: {"coef": None, "k": 0, "previous": None, "final": False, "cg": None,
                    "n": sum(g["n"] for g in gs)} for key, gs in parts.items()}
     out: dict[str, dict] = {}
@@ -246,18 +251,18 @@ def _logregr(db: Session, sh: _Shards, request: dict, opts: dict, caller_path: s
             st["k"] += 1
             steps.append((key, {"coef": st["coef"], "cg": st["cg"], **sums}))
         if finals:
-            stats = _step(db, {"final": True, "groups": [g for _, g in finals]}, caller_path)
+            stats = _step(db, request, {"final": True, "groups": [g for _, g in finals]}, caller_path)
             for (key, g), s in zip(finals, stats):
                 st = state[key]
                 out[key] = {"model": {"coef": st["coef"]}, "stats": s, "num_rows_processed": st["n"],
                             "num_iterations": st["k"], "loss": g["loss"] / st["n"], "accel_seconds": None}
         if steps:
-            new = _step(db, {"optimizer": optimizer, "groups": [g for _, g in steps]}, caller_path)
+            new = _step(db, request, {"optimizer": optimizer, "groups": [g for _, g in steps]}, caller_path)
             for (key, g), s in zip(steps, new):
                 st = state[key]
                 st["coef"], st["cg"] = s["coef"], s.get("cg")
                 likelihood = -g["loss"]
-                if not all(x == x and x not in (float("inf"), float("-inf")) for x in st["coef"]):
+                if not _finite(st["coef"]):
                     out[key] = {"model": {"coef": st["coef"]}, "stats": {}, "num_rows_processed": st["n"],
                                 "num_iterations": st["k"], "loss": float("nan"), "accel_seconds": None}
                     continue  # MADlib's TERMINATED
@@ -280,6 +285,68 @@ def _logregr(db: Session, sh: _Shards, request: dict, opts: dict, caller_path: s
                  "_replies": replies}
 
 
+def _dsl(db: Session, sh: _Shards, request: dict, caller_path: str) -> tuple[dict[str, dict], dict]:
+    """A DSL accumulate algorithm's epochs as one node runs them (engine._train_accumulate): each
+    epoch the shards' accumulators at the model, added; the update on this node's server; its
+    stopping rule; then the loss pass when the algorithm has one."""
+    st = sh.p.dsl
+    lead = request["params"].get("intercept") is not False
+    shard_pass = {"call": secrets.token_hex(16), "binary": st["binary"]}
+    request = {**request, "params": {**request["params"], "shard_pass": shard_pass}}
+    replies = sh.run(request)
+    groups = _Groups(replies, 0)
+    gs = groups.by_key(replies).get("null", [])
+    ones = bool(gs) and all(g["ones"] for g in gs)
+    if ones and lead:  # the features start with ones: no intercept column of ours, the first pass again
+        lead = False
+        request["params"] = {**request["params"], "intercept": False}
+        replies = sh.run(request)
+        gs = groups.by_key(replies).get("null", [])
+    if not gs:
+        return {}, {"_groups": groups, "_replies": replies}
+    n = sum(g["n"] for g in gs)
+    w, prev, loss, ep = None, float("inf"), float("nan"), 0
+    again = dict(request["params"])
+    for ep in range(1, st["epochs"] + 1):
+        sums = [_add([g["sums"][k] for g in gs]) for k in range(len(gs[0]["sums"]))]
+        if not _finite(sums):  # (JSON has no NaN): the model is not finite, as on one node
+            w, loss = [float("nan")] * gs[0]["d"], float("nan")
+            break
+        new = _step(db, request, {"groups": [{"coef": w, "sums": sums, "modes": gs[0]["modes"], "n": n,
+                                               "d": gs[0]["d"]}]}, caller_path)[0]
+        w = new["coef"]
+        loss = epoch_loss = sum(g["lsum"] for g in gs) / n if new["given"] is None else new["given"]
+        if abs(prev - epoch_loss) < st["tolerance"] or ep == st["epochs"] or not _finite(w):
+            break
+        prev = epoch_loss
+        again["shard_pass"] = {**shard_pass, "coefs": {"None": w}}
+        gs = groups.by_key(sh.run({**request, "params": again})).get("null", [])
+    if st["loss_pass"] and _finite(w):  # the epoch's pass saw the model before the update
+        again["shard_pass"] = {**shard_pass, "coefs": {"None": w}, "loss_only": True, "last": True}
+        gs = groups.by_key(sh.run({**request, "params": again})).get("null", [])
+        loss = sum(g["lsum"] for g in gs) / n
+    else:
+        sh.run({**request, "params": {**again, "shard_pass": {**shard_pass, "release": True}}})
+    model = {"model": {"coef": w}, "stats": {}, "num_rows_processed": n, "num_iterations": ep, "loss": loss,
+             "accel_seconds": None}
+    return {"null": model}, {"intercept": lead or ones, "num_features": len(w) - (1 if lead else 0),
+                             "_groups": groups, "_replies": replies}
+
+
+def _finite(v: Any) -> bool:
+    """Whether every number of ``v`` (a number or nested lists) is finite."""
+    if isinstance(v, list):
+        return all(_finite(x) for x in v)
+    return v is not None and v == v and v not in (float("inf"), float("-inf"))
+
+
+def _add(parts: list) -> Any:
+    """Values (numbers or nested lists of numbers) added elementwise, in their order."""
+    if isinstance(parts[0], list):
+        return [_add([p[i] for p in parts]) for i in range(len(parts[0]))]
+    return sum(parts[1:], parts[0])
+
+
 def _sum(gs: list[dict]) -> dict:
     """The sums of a group's shard replies, in shard order."""
     grad = [0.0] * len(gs[0]["grad"])
@@ -292,10 +359,11 @@ def _sum(gs: list[dict]) -> dict:
     return {"grad": grad, "hess": hess, "loss": loss}
 
 
-def _step(db: Session, step: dict, caller_path: str) -> list[dict]:
+def _step(db: Session, request: dict, step: dict, caller_path: str, params: dict | None = None) -> list[dict]:
     """This node's server's step (or final statistics) from the merged sums (no data read)."""
-    raw = db.one("shard_offload", json.dumps({"algorithm": "logregr", "params": {"shard_step": step}}), None, None,
-                 None, caller_path)["r"]
+    req = {k: v for k, v in request.items() if k in ("algorithm", "dsl_source")}
+    req["params"] = {**(params or {}), "shard_step": step}
+    raw = db.one("shard_offload", json.dumps(req), None, None, None, caller_path)["r"]
     return server_result(raw)["groups"]
 
 
@@ -309,9 +377,12 @@ def train(db: Session, p: Plan, request: dict, opts: dict, out: str | None, grou
         params["intercept"] = False
     if "threads" in opts:
         params["threads"] = opts["threads"]
-    req = {"algorithm": request["algorithm"], "params": params}
+    req = {k: v for k, v in request.items() if k in ("algorithm", "dsl_source")}
+    req["params"] = params
     sh = _Shards(db, p, db.one("ext_version")["extversion"])
-    if request["algorithm"] == "linregr":
+    if p.dsl is not None:
+        models, shared = _dsl(db, sh, req, caller_path)
+    elif request["algorithm"] == "linregr":
         models, shared = _linregr(db, sh, req)
     else:
         models, shared = _logregr(db, sh, req, opts, caller_path)
@@ -360,9 +431,12 @@ def shard_state(plpy: Any, SD: dict, request: str, schema: str, relname: str, co
     db = Session(plpy, SD, STATEMENTS)
     req = json.loads(request)
     params = req.get("params") if isinstance(req, dict) else None
-    if not isinstance(params, dict) or not isinstance(params.get("shard_pass"), dict) or \
-            req.get("algorithm") not in catalog.SHARDED:
-        raise NotSupportedError("a shard computes only the linregr and logregr passes of a coordinator")
+    dsl_source = req.get("dsl_source") if isinstance(req, dict) else None
+    if not isinstance(params, dict) or not isinstance(params.get("shard_pass"), dict) or not (
+            req.get("algorithm") in catalog.SHARDED or
+            (isinstance(dsl_source, str) and req.get("algorithm") not in catalog.BUILTINS)):
+        raise NotSupportedError("a shard computes only the passes of a coordinator: linregr's, logregr's and "
+                                "DSL accumulate algorithms'")
     ngroups = req.get("ngroups")
     if not isinstance(ngroups, int) or not 0 <= ngroups < len(columns or []) - 1:
         raise ParameterError("ngroups must count grouping columns among the columns")
@@ -370,6 +444,8 @@ def shard_state(plpy: Any, SD: dict, request: str, schema: str, relname: str, co
     oid = db.one("regclass", table)["oid"]
     _kept_token(db, SD, params["shard_pass"], [oid, list(columns), ngroups])
     req = {"algorithm": req["algorithm"], "params": params, "ngroups": ngroups}
+    if dsl_source is not None:
+        req["dsl_source"] = dsl_source
     raw, keys = _pass(db, req, oid, table, list(columns), ngroups)
     return json.dumps({"reply": raw, "keys": keys})
 

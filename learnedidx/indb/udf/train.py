@@ -104,7 +104,7 @@ def train(plpy: Any, SD: dict, algorithm: str, source: str | None, out_table: st
 
     pages = reader != "query" and columns is not None and groups is None
     # a partitioned table with postgres_fdw partitions: each shard trains on its own rows
-    sharded = shards.plan(db, src["oid"], algorithm, opts, hetero, reader, columns, groups)
+    sharded = shards.plan(db, src["oid"], request, opts, hetero, reader, columns, groups, caller_path)
     if sharded is not None:
         reply, keys = shards.train(db, sharded, request, opts, out, None if groups is None else
                                    [g.name for g in groups], caller_path)

@@ -85,8 +85,6 @@ def indb_train(args, arrays, ctx):
     grouped = params.pop("grouped", False) is True
     # training over shards (runtime.shards): a shard's pass, or the coordinator's step
     shard_pass, shard_step = params.pop("shard_pass", None), params.pop("shard_step", None)
-    if shard_step is not None:
-        return {"groups": shards.step(shard_step)}, {}
     # MADlib's svm_classification, svm_regression and svm_one_class: MADlib's own training
     igd = svm_igd.check(params.pop("igd")) if algorithm == "svm" and "igd" in params else None
     if igd is not None:
@@ -98,6 +96,8 @@ def indb_train(args, arrays, ctx):
         trainee = algorithm
     else:
         trainee = _dsl(algorithm, args.get("dsl_source"))
+    if shard_step is not None:  # no data: the coordinator's step from the shards' sums
+        return {"groups": shards.step(trainee, shard_step, params)}, {}
     threads = _threads(params, limits.max_threads)
     seed = _integer(params.pop("seed", 0), "seed")
     t0 = time.perf_counter()
@@ -119,7 +119,7 @@ def indb_train(args, arrays, ctx):
         elif shard_pass is not None:
             if params.get("intercept") is False:
                 src.set_lead(0)
-            groups, shared = shards.shard_pass(algorithm, src, shard_pass, grouped, threads, closed.is_set,
+            groups, shared = shards.shard_pass(trainee, src, shard_pass, grouped, threads, closed.is_set,
                                                limits.max_call_bytes), {}
         elif igd is not None:
             groups, shared = svm_igd.fit(src, igd, grouped, closed.is_set)
