@@ -140,6 +140,40 @@ def test_linregr_groups_span_shards(coord):
     assert _compare(coord, "linregr", "y", "g", tag="n", indep="ARRAY[x1, x2, x3]")[0] == "shards"
 
 
+def test_a_group_on_one_shard_and_rows_with_nulls(coord, shards):
+    """A group only shard a has, and rows a NULL makes unusable on shard b: the groups, their
+    counts and models as on one node."""
+    a, b = shards[0].conn, shards[1].conn
+    for conn, table in ((a, "part"), (coord, "one")):
+        conn.execute(f"UPDATE {table} SET g = 7 WHERE id < 100")
+    for conn, table in ((b, "part"), (coord, "one")):
+        conn.execute(f"UPDATE {table} SET y = NULL WHERE id BETWEEN 1100 AND 1109")
+    try:
+        for fn, dep in (("linregr", "y"), ("logregr", "label")):
+            g = "NULL" if fn == "linregr" else "'g'"
+            for src in ("parted", "one"):
+                coord.execute(f"SELECT * FROM learnedidx.{fn}_train('{src}', 'k_{fn}_{src}', '{dep}', 'ARRAY[1, x1]', "
+                              f"{g})")
+            cols = "g, " if fn == "logregr" else ""
+            got, want = (coord.execute(f"SELECT {cols}coef, num_rows_processed, num_missing_rows_skipped "
+                                       f"FROM k_{fn}_{src} {'ORDER BY g' if cols else ''}").fetchall()
+                         for src in ("parted", "one"))
+            assert len(got) == len(want) == (4 if fn == "logregr" else 1)
+            for r, w in zip(got, want):
+                assert r[:-3] == w[:-3] and r[-2:] == w[-2:]  # the group, the counts
+                _close(r[-3], w[-3])
+            assert coord.execute(f"SELECT read_path FROM k_{fn}_parted_summary").fetchone()[0] == "shards"
+        assert got[-1][0] == 7
+        skipped = coord.execute("SELECT num_missing_rows_skipped FROM k_linregr_parted").fetchone()[0]
+        assert skipped == 10
+    finally:  # the shards' rows as they were (the coordinator's database is the test's own)
+        for r in ROWS:
+            if r[0] < 100:
+                a.execute("UPDATE part SET g = %s WHERE id = %s", (r[3], r[0]))
+            elif 1100 <= r[0] <= 1109:
+                b.execute("UPDATE part SET y = %s WHERE id = %s", (r[1], r[0]))
+
+
 def test_logregr_over_shards_equals_one_node(coord):
     path, timings = _compare(coord, "logregr", "label", extra=", 20, 'irls', 1e-10")
     assert path == "shards"
@@ -365,7 +399,12 @@ def test_features_that_start_with_ones(coord, shards):
     coord.execute("CREATE TABLE parr (id int, y float8, label boolean, f float8[]) PARTITION BY RANGE (id)")
     coord.execute(f"CREATE FOREIGN TABLE parr_a PARTITION OF parr FOR VALUES FROM (1) TO ({CUTS[0]}) "
                   "SERVER shard_a OPTIONS (table_name 'arr')")
-    coord.execute(f"CREATE TABLE parr_local PARTITION OF parr FOR VALUES FROM ({CUTS[0]}) TO (MAXVALUE)")
+    coord.execute(f"CREATE TABLE parr_local PARTITION OF parr FOR VALUES FROM ({CUTS[0]}) TO ({N + 1})")
+    # and a shard without rows
+    shards[1].conn.execute("DROP TABLE IF EXISTS arr_empty")
+    shards[1].conn.execute("CREATE TABLE arr_empty (id int, y float8, label boolean, f float8[])")
+    coord.execute(f"CREATE FOREIGN TABLE parr_b PARTITION OF parr FOR VALUES FROM ({N + 1}) TO (MAXVALUE) "
+                  "SERVER shard_b OPTIONS (table_name 'arr_empty')")
     coord.execute("INSERT INTO parr_local SELECT id, y, label, ARRAY[1, x1, x2] FROM one WHERE id >= %s", (CUTS[0],))
     coord.execute("CREATE TABLE one_arr AS SELECT id, y, label, ARRAY[1, x1, x2] AS f FROM one")
     for fn, dep in (("linregr", "y"), ("logregr", "label")):
