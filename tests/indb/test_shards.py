@@ -450,3 +450,36 @@ def test_kept_rows_are_given_back_only_when_unused():
     assert ca.released == 1
     kept.drop("b" * 32)
     assert cb.released == 1 and len(kept) == 0
+
+
+BOOM = """
+epochs = 3
+tolerance = 0
+
+def acc_s(w, x, y):
+    return ((1.0 / (w[0] - w[0]) if w[0] != 0.0 else 1.0) if y > 5.0 else 1.0) * x
+
+def update(w, n, s):
+    return w + s / n
+"""
+
+
+def test_a_shards_error_mid_iteration(coord, shards):
+    """An error of the algorithm on shard b in the second epoch (its only row with a label over
+    5, once the model is not zero): one node's SQLSTATE (22012), no output table, nothing left
+    running on the shards."""
+    coord.execute("SELECT learnedidx.register_algorithm('boom', %s)", (BOOM,))
+    b = shards[1].conn
+    b.execute("UPDATE part SET g = 9 WHERE id = 1500")
+    coord.execute("UPDATE one SET g = 9 WHERE id = 1500")
+    try:
+        for src in ("one", "parted"):
+            with pytest.raises(psycopg.errors.DivisionByZero, match="boom: division by zero"):
+                coord.execute(f"SELECT * FROM learnedidx.train('boom', '{src}', 'g', 'ARRAY[1, x1]', "
+                              f"out_table => 'b_{src}')")
+    finally:
+        b.execute("UPDATE part SET g = %s WHERE id = 1500", (ROWS[1499][3],))
+    assert coord.execute("SELECT to_regclass('b_parted') IS NULL").fetchone()[0]
+    for s in shards:
+        assert s.conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = 'shard' "
+                              "AND state = 'active' AND pid <> pg_backend_pid()").fetchone()[0] == 0

@@ -34,6 +34,7 @@ from learnedidx.indb.runtime import lstsq, stats
 from learnedidx.indb.runtime.algorithms import builtin
 from learnedidx.indb.runtime.data import NO_FEATURES, NOT_FINITE, InMemory
 from learnedidx.indb.dsl import Algorithm, settings_for
+from learnedidx.indb.dsl.compiler import runtime_error
 from learnedidx.indb.dsl.kernels import loss_kernel
 from learnedidx.indb.runtime.engine import Accumulation, StopCheck, check_stop, update
 from learnedidx.indb.runtime.logregr import _ConjugateGradient, _irls
@@ -213,7 +214,8 @@ def passes(algorithm: str | Algorithm, src, request: dict, grouped: bool, thread
                 continue  # a group the coordinator is done with
             t0 = time.perf_counter()
             if dsl:
-                reply = _accumulate(part, algorithm, c, request, src.lead, ex, stop)
+                with _dsl_errors(algorithm):
+                    reply = _accumulate(part, algorithm, c, request, src.lead, ex, stop)
             elif algorithm == "linregr":
                 reply = _linregr(part, src.lead, ex, stop)
             else:
@@ -324,7 +326,16 @@ def dsl_step(alg: Algorithm, request: dict, params: dict) -> list[dict]:
     for grp in request["groups"]:
         w = np.zeros(int(grp["d"])) if grp.get("coef") is None else _vector(grp["coef"], "coef")
         sums = [_vector(v, "sums") for v in grp["sums"]]
-        with np.errstate(all="ignore"):
+        with np.errstate(all="ignore"), _dsl_errors(alg):
             new, given = update(alg, w, sums, tuple(grp["modes"]), int(grp["n"]), {})
         out.append({"coef": new.tolist(), "given": given})
     return out
+
+
+@contextlib.contextmanager
+def _dsl_errors(alg: Algorithm) -> Iterator[None]:
+    """A DSL algorithm's runtime errors raised as one node's engine raises them (its SQLSTATE)."""
+    try:
+        yield
+    except (ZeroDivisionError, OverflowError, IndexError) as exc:  # raised by the algorithm's compiled code
+        raise runtime_error(exc, alg.name) from None
