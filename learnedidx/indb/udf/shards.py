@@ -23,6 +23,7 @@ import base64
 import json
 import secrets
 import struct
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -349,14 +350,8 @@ def _add(parts: list) -> Any:
 
 def _sum(gs: list[dict]) -> dict:
     """The sums of a group's shard replies, in shard order."""
-    grad = [0.0] * len(gs[0]["grad"])
-    hess = [[0.0] * len(grad) for _ in grad]
-    loss = 0.0
-    for g in gs:
-        grad = [a + b for a, b in zip(grad, g["grad"])]
-        hess = [[a + b for a, b in zip(r, s)] for r, s in zip(hess, g["hess"])]
-        loss += g["loss"]
-    return {"grad": grad, "hess": hess, "loss": loss}
+    return {"grad": _add([g["grad"] for g in gs]), "hess": _add([g["hess"] for g in gs]),
+            "loss": _add([g["loss"] for g in gs])}
 
 
 def _step(db: Session, request: dict, step: dict, caller_path: str, params: dict | None = None) -> list[dict]:
@@ -370,7 +365,6 @@ def _step(db: Session, request: dict, step: dict, caller_path: str, params: dict
 def train(db: Session, p: Plan, request: dict, opts: dict, out: str | None, group_names: list[str] | None,
           caller_path: str) -> tuple[dict, dict | None]:
     """The call over shards: (the reply as one server's, the groups' keys as grouped.offload's)."""
-    import time
     t0 = time.perf_counter()
     params = {"shard_pass": {}}
     if opts.get("intercept") is False:
