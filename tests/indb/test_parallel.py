@@ -284,3 +284,37 @@ def test_a_worker_refused_the_ring_fails_the_call_with_no_worker_left(pdb, tmp_p
             assert caller.execute("SELECT count(*) FROM big").fetchone() == (ROWS,)  # the session lives on
     finally:
         stuck.close()
+
+
+def test_a_partitioned_table_is_read_partition_after_partition(pdb):
+    """Each partition gets its own parallel scan; every slot follows its partition's layout,
+    even when the partitions' columns lie differently (a dropped column in one)."""
+    pdb.execute("CREATE TABLE parts (id int, y float8, features float8[]) PARTITION BY RANGE (id)")
+    pdb.execute("CREATE TABLE parts_a PARTITION OF parts FOR VALUES FROM (MINVALUE) TO (15000)")
+    pdb.execute("CREATE TABLE parts_b (junk text, id int, y float8, features float8[])")
+    pdb.execute("ALTER TABLE parts_b DROP COLUMN junk")
+    pdb.execute("ALTER TABLE parts ATTACH PARTITION parts_b FOR VALUES FROM (15000) TO (30000)")
+    pdb.execute("CREATE TABLE parts_empty PARTITION OF parts FOR VALUES FROM (30000) TO (30001)")
+    pdb.execute("CREATE TABLE parts_c PARTITION OF parts FOR VALUES FROM (30001) TO (MAXVALUE)")
+    pdb.execute("INSERT INTO parts SELECT id, y, features FROM big WHERE id <> 30000")
+    pdb.execute("DELETE FROM big WHERE id = 30000")
+    coef, t = _train(pdb, LINREGR.replace("'big'", "'parts'"), "pm", 2)
+    assert t["workers"] == 2 and t["path"] == "pages"
+    assert pdb.execute("SELECT num_rows_processed FROM pm").fetchone()[0] == ROWS - 1
+    np.testing.assert_allclose(coef, _lstsq(pdb), rtol=1e-9)
+
+
+def test_the_ring_goes_only_to_whoever_names_its_call(accel_server):
+    """indb.ring answers a token no call holds with an error and no descriptor."""
+    from learnedidx.server import protocol as P
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(accel_server.socket_path)
+        s.settimeout(30)
+        P.read_hello(s)
+        for token in (bytes(16).hex(), "zz" * 16, 7):
+            s.sendall(P.encode({"op": "indb.ring", "id": 1, "args": {"token": token}}))
+            msg, fds, _, _ = socket.recv_fds(s, 1 << 16, 1)
+            assert fds == []
+            reply = P.parse_json(msg[P.HEADER.size:])
+            assert reply["ok"] is False and reply["error"]["kind"] == "bad-request"

@@ -96,7 +96,7 @@ def indb_train(args, arrays, ctx):
         trainee = _dsl(algorithm, args.get("dsl_source"))
     threads = _threads(params, limits.max_threads)
     seed = _integer(params.pop("seed", 0), "seed")
-    stream.any_order = _any_order(algorithm, igd, grouped, params)
+    stream.any_order = _any_order(trainee, igd, grouped, params)
     t0 = time.perf_counter()
     # The rows arrive with the intercept's column of ones reserved (dropped again when the model
     # has none, or when the features already start with ones): no copy of the rows to add it.
@@ -130,15 +130,18 @@ def indb_train(args, arrays, ctx):
     }, {}
 
 
-def _any_order(algorithm: str, igd, grouped: bool, params: dict) -> bool:
+def _any_order(trainee: str | Algorithm, igd, grouped: bool, params: dict) -> bool:
     """Whether the call's result does not depend on the order the rows arrive in (only on the
     rounding of its sums), so that the caller may read its pages with parallel workers: linregr
-    (R factors merged) and logregr's Newton and conjugate-gradient passes (sums).  MADlib's
-    svm, SGD, LMF, logregr's igd and DSL algorithms visit the rows in the source's order."""
+    (R factors merged), logregr's Newton and conjugate-gradient passes and DSL algorithms of
+    accumulators (sums).  MADlib's svm, SGD, LMF, logregr's igd and DSL algorithms of SGD visit
+    the rows in the order they come."""
     if igd is not None or grouped:
         return False
-    return algorithm == "linregr" or (algorithm == "logregr" and params.get("optimizer", "irls") in
-                                      ("irls", "newton", "cg"))
+    if isinstance(trainee, Algorithm):
+        return trainee.form == "accumulate"
+    return trainee == "linregr" or (trainee == "logregr" and params.get("optimizer", "irls") in
+                                    ("irls", "newton", "cg"))
 
 
 @handler("indb.ring")
