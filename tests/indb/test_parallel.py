@@ -318,3 +318,12 @@ def test_the_ring_goes_only_to_whoever_names_its_call(accel_server):
             assert fds == []
             reply = P.parse_json(msg[P.HEADER.size:])
             assert reply["ok"] is False and reply["error"]["kind"] == "bad-request"
+
+
+def test_the_ring_is_not_passed_over_tcp():
+    from learnedidx.errors import NotSupportedError
+    from learnedidx.server.handlers.indb import indb_ring
+    from learnedidx.server.registry import HandlerContext
+
+    with pytest.raises(NotSupportedError, match="Unix socket only"):
+        indb_ring({"token": "00" * 16}, {}, HandlerContext(server=None, peer="tcp", stream=object()))
