@@ -15,16 +15,18 @@ from __future__ import annotations
 import statistics
 import time
 
+from learnedidx.bench import indb
 from learnedidx.bench.common import console, print_table
 
-TASKS = ("linregr", "logregr-1", "logregr")
+#: the tasks that read in parallel: those whose results are coefficients independent of the
+#: rows' order (linregr, logregr by IRLS), the svm tasks reading serially whatever K
+TASKS = tuple(t for t, task in indb.TASKS.items() if task.compare)
 
 
 def run(sizes: list[int], features: int, workers: list[int], tasks: list[str], repeat: int, threads: int,
         seed: int) -> None:
     import psycopg
 
-    from learnedidx.bench import indb
     from learnedidx.indb.cluster import TempCluster
     from learnedidx.server.process import spawn
 
@@ -48,8 +50,6 @@ def _set_workers(conn, k: int) -> None:
 
 def _run_size(conn, server, n: int, features: int, workers: list[int], tasks: list[str], repeat: int,
               seed: int) -> None:
-    from learnedidx.bench import indb
-
     t0 = time.perf_counter()
     with console.status(f"creating the {n:,}-row table"):
         indb._make_table(conn, n, features, seed)
