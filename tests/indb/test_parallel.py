@@ -54,14 +54,16 @@ def _lstsq(conn, where: str = "") -> np.ndarray:
 LINREGR = "linregr_train('big', '{out}', 'y', 'features')"
 IRLS = "logregr_train('big', '{out}', 'c', 'features', NULL, 20, 'irls', 1e-10)"
 CG = "logregr_train('big', '{out}', 'c', 'features', NULL, 8, 'cg', 0)"
+ONE = "logregr_train('big', '{out}', 'c', 'features', NULL, 1, 'irls')"  # two passes streamed, each in parallel
 
 
-@pytest.mark.parametrize("call", [LINREGR, IRLS, CG], ids=["linregr", "logregr-irls", "logregr-cg"])
+@pytest.mark.parametrize("call", [LINREGR, IRLS, CG, ONE], ids=["linregr", "logregr-irls", "logregr-cg", "two-passes"])
 def test_parallel_workers_train_what_the_serial_path_trains(pdb, call):
     serial, ts = _train(pdb, call, "m_serial", 0)
     par, tp = _train(pdb, call, "m_par", 2)
     assert ts["workers"] == 0 and ts["producers"] == 1 and ts["path"] == "pages"
     assert tp["workers"] == 2 and tp["producers"] == 2 and tp["path"] == "pages"
+    assert tp["passes"] == ts["passes"] and (tp["passes"] == 2) == (call == ONE)
     assert tp["produce"] > 0 and 0 < tp["produce_max"] <= tp["produce"]
     np.testing.assert_allclose(par, serial, rtol=1e-9, atol=1e-12)
     if call == LINREGR:
@@ -114,22 +116,33 @@ def test_order_dependent_training_and_temporary_tables_read_serially(pdb):
     np.testing.assert_allclose(coef, _lstsq(pdb), rtol=1e-9)
 
 
-def test_workers_see_the_callers_snapshot_not_concurrent_transactions(pdb):
+@pytest.mark.parametrize("isolation", ["READ COMMITTED", "REPEATABLE READ"])
+def test_workers_see_the_callers_snapshot_not_concurrent_transactions(pdb, isolation):
     """Another transaction's uncommitted inserts and deletes are not seen, the caller's own
-    uncommitted ones are: the workers read in the caller's snapshot and transaction."""
-    with connect(pdb, autocommit=False) as other, connect(pdb, autocommit=False) as me:
+    uncommitted ones are: the workers read in the caller's snapshot and transaction.  In
+    REPEATABLE READ, rows another transaction committed after the caller's snapshot are not
+    seen either."""
+    with connect(pdb, autocommit=False) as other, connect(pdb, autocommit=False) as late, \
+            connect(pdb, autocommit=False) as me:
+        me.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+        me.execute("SET learnedidx.parallel_workers = 2")
         other.execute("INSERT INTO big (y, features) SELECT 1e6, ARRAY[1,2,3,4,5,6,7,8,9,10]::float8[] "
                       "FROM generate_series(1, 5000)")
         other.execute("DELETE FROM big WHERE id % 2 = 1 AND id % 3 = 0")  # rows of its own: no lock waits
-        me.execute("SET learnedidx.parallel_workers = 2")
-        me.execute("DELETE FROM big WHERE id % 2 = 0 AND id % 5 = 0")
+        me.execute("DELETE FROM big WHERE id % 2 = 0 AND id % 5 = 0")  # the caller's snapshot is taken
+        late.execute("DELETE FROM big WHERE id % 2 = 0 AND id % 7 = 0 AND id % 5 <> 0")  # rows nobody locked
+        late.execute("INSERT INTO big (y, features) SELECT -5e5, ARRAY[9,0,9,0,9,0,9,0,9,0]::float8[] "
+                      "FROM generate_series(1, 700)")
+        late.commit()  # after the caller's snapshot: seen in READ COMMITTED's next statement only
         me.execute("INSERT INTO big (y, features) SELECT -1e3, ARRAY[0,1,0,1,0,1,0,1,0,2]::float8[] "
                    "FROM generate_series(1, 300)")
         expect = _lstsq(me)
         n = me.execute("SELECT count(*) FROM big").fetchone()[0]
         coef, t = _train(me, LINREGR, "snap", None)
         assert t["workers"] == 2
-        assert me.execute("SELECT num_rows_processed FROM snap").fetchone()[0] == n == ROWS - ROWS // 10 + 300
+        late_rows = 700 - (ROWS // 14 - ROWS // 70) if isolation == "READ COMMITTED" else 0
+        assert me.execute("SELECT num_rows_processed FROM snap").fetchone()[0] == n == \
+            ROWS - ROWS // 10 + 300 + late_rows
         np.testing.assert_allclose(coef, expect, rtol=1e-9)
         me.rollback()
         other.rollback()
