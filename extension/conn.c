@@ -205,7 +205,8 @@ lx_conn_open(Conn *c)
 	uint32		len;
 	char	   *hello;
 
-	c->path = lx_socket_path();
+	if (c->path == NULL)
+		c->path = lx_socket_path();
 	if (strlen(c->path) >= sizeof(addr.sun_path))
 		lx_conn_fail(c, "the socket path is too long");
 	memset(&addr, 0, sizeof(addr));

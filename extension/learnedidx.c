@@ -2,7 +2,8 @@
  * learnedidx.c: the learnedidx extension's module (learnedidx.h lists its files).
  *
  * _PG_init defines learnedidx.socket (PGC_SUSET: only superusers say where the server is);
- * unset, the server's default path rule applies, evaluated in the backend's environment.
+ * unset, the server's default path rule applies, evaluated in the backend's environment.  And
+ * learnedidx.parallel_workers: the parallel workers that read a call's pages (parallel.c).
  * _python_path tells the PL/Python functions where their modules are installed.
  */
 #include "postgres.h"
@@ -19,6 +20,7 @@
 PG_MODULE_MAGIC;
 
 static char *socket_path = NULL;
+int			lx_parallel_workers_setting = -1;
 
 void		_PG_init(void);
 
@@ -52,6 +54,10 @@ _PG_init(void)
 							   "Unix socket of the learnedidx accelerator server.",
 							   "Only superusers set it; unset, the server's default path rule applies.",
 							   &socket_path, default_socket_path(), PGC_SUSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("learnedidx.parallel_workers",
+							"Parallel workers reading a training call's pages (-1: as PostgreSQL sizes a parallel scan).",
+							"0 reads in the caller's backend alone; at most max_parallel_workers_per_gather.",
+							&lx_parallel_workers_setting, -1, -1, 1024, PGC_USERSET, 0, NULL, NULL, NULL);
 }
 
 /* The server's socket: learnedidx.socket, else the default path rule. */

@@ -11,6 +11,9 @@
  *   ring.c             the ring, the server's shared memory the data travel through
  *   pages.c            the page path: heap pages of a relation and its inheritors, PostgreSQL
  *                      having decided which tuples the caller's snapshot sees
+ *   parallel.c         the page path read by parallel workers (PostgreSQL's parallel machinery:
+ *                      a parallel heap scan per relation, each worker copying the pages of its
+ *                      blocks into the ring, the backend naming the filled slots to the server)
  *   rows.c             the query path: an SPI query's rows (read-only, the caller's snapshot and
  *                      search_path), sent as float8
  *   offload.c          learnedidx._offload: sends a request and streams the caller's data as the
@@ -44,10 +47,13 @@
 #define LEARNEDIDX_H
 
 #include <math.h>
+#include <time.h>
 
+#include "access/relscan.h"
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 #include "utils/array.h"
+#include "utils/relcache.h"
 
 /* learnedidx.server.protocol: frame header ">2sBBI" (magic, version, flags, payload length). */
 #define LX_MAGIC "LX"
@@ -60,16 +66,22 @@
 #define HELLO_TIMEOUT_MS 5000
 
 /* Control frame payloads (learnedidx.server.stream):
- *   'S', reader (READ_AS_CHOSEN | READ_QUERY), 2 bytes padding, pass u32, then why (text):
- *        stream pass `pass` over the data;
- *   'M', 3 bytes padding, slots u32, slot bytes u32, with a file descriptor (SCM_RIGHTS): the
- *        ring, a memfd the server sealed against shrinking, which the data travel through;
+ *   'S', reader (READ_AS_CHOSEN or READ_QUERY, | READ_ANY_ORDER), 2 bytes padding, pass u32, then
+ *        why (text): stream pass `pass` over the data (READ_ANY_ORDER: the call's result does not
+ *        depend on the rows' order, so parallel workers may read the pages);
+ *   'M', 3 bytes padding, slots u32, slot bytes u32, token (RING_TOKEN bytes), with a file
+ *        descriptor (SCM_RIGHTS): the ring, a memfd the server sealed against shrinking, which
+ *        the data travel through; the token names it to the indb.ring request of the backend's
+ *        parallel workers;
  *   'F', 3 bytes padding, slot u32: the server is done with that slot of the ring.
  * The data frame of a filled slot: 'K', kind (SLOT_PAGES | SLOT_ROWS), 2 bytes padding, slot
  * u32, count u32 (pages or rows), extra u32 (visible tuples, or float8 per row), then for pages
  * the block numbers (u32 each). */
 #define READ_AS_CHOSEN 0
 #define READ_QUERY 1
+#define READ_ANY_ORDER 2
+#define RING_TOKEN 16
+#define RING_FRAME 28			/* the 'M' payload with its token */
 #define SLOT_PAGES 'P'
 #define SLOT_ROWS 'R'
 #define SLOT_HEADER 16
@@ -86,12 +98,14 @@ typedef struct Ring
 	uint32		nslots;
 	uint32		slot_bytes;
 	bool		busy[RING_MAX_SLOTS];	/* filled and not yet freed by the server */
+	bool		has_token;		/* the server sent a token: parallel workers can map the ring */
+	char		token[RING_TOKEN];
 } Ring;
 
 typedef struct Conn
 {
 	pgsocket	fd;
-	const char *path;
+	const char *path;			/* NULL: learnedidx.socket (lx_conn_open sets it) */
 	int			passed_fd;		/* a descriptor the server sent (SCM_RIGHTS), -1 when none */
 	Ring		ring;
 	char	   *reply;			/* the server's reply, when it ended the call while we stream */
@@ -107,8 +121,17 @@ typedef struct PageSource
 	Oid		   *types;			/* base type of each */
 } PageSource;
 
+/* A page producer's time in a pass: reading and copying pages (waits for a free slot excluded),
+ * and its CPU time. */
+typedef struct ProducerTime
+{
+	double		busy;
+	double		cpu;
+} ProducerTime;
+
 /* learnedidx.c */
 extern const char *lx_socket_path(void);
+extern int	lx_parallel_workers_setting;
 
 /* conn.c */
 extern void lx_conn_open(Conn *c);
@@ -127,6 +150,7 @@ extern void lx_ring_map(Conn *c, const char *frame, uint32 len);
 extern void lx_ring_free(Conn *c, const char *frame);
 extern int	lx_ring_acquire(Conn *c);
 extern bool lx_ring_submit(Conn *c, int slot, char kind, uint32 count, uint32 extra, const uint32 *blocks);
+extern bool lx_ring_poll(Conn *c, bool wait);
 
 static inline char *
 lx_ring_slot(Conn *c, int slot)
@@ -136,7 +160,15 @@ lx_ring_slot(Conn *c, int slot)
 
 /* pages.c */
 extern const char *lx_page_source(Oid relid, ArrayType *columns, PageSource *ps);
-extern char *lx_stream_pages(Conn *c, PageSource *ps, int pass);
+extern char *lx_stream_pages(Conn *c, PageSource *ps, int pass, bool any_order);
+extern char *lx_relation_layout(Relation rel, PageSource *ps, BlockNumber nblocks);
+extern uint32 lx_copy_page(char *dst, TableScanDesc scan);
+extern char *lx_pass_end(int pass, uint64 tuples, const ProducerTime *times, int n, bool workers);
+extern double lx_seconds(clockid_t clock);
+
+/* parallel.c */
+extern int	lx_parallel_plan(Conn *c, PageSource *ps);
+extern char *lx_stream_pages_parallel(Conn *c, PageSource *ps, int pass, int nworkers, bool *done);
 
 /* rows.c */
 extern char *lx_stream_query(Conn *c, const char *query, const char *search_path, int pass, const char *why);

@@ -90,7 +90,7 @@ learnedidx_offload(PG_FUNCTION_ARGS)
 			{
 				int			pass = (int) lx_get_u32be(frame + 4);
 
-				if (frame[1] == READ_QUERY && pages)
+				if ((frame[1] & READ_QUERY) && pages)
 				{
 					if (query == NULL)
 						ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -100,7 +100,7 @@ learnedidx_offload(PG_FUNCTION_ARGS)
 					why = pstrdup(frame + 8);
 				}
 				if (pages)
-					reply = lx_stream_pages(&conn, &ps, pass);
+					reply = lx_stream_pages(&conn, &ps, pass, (frame[1] & READ_ANY_ORDER) != 0);
 				else if (query != NULL)
 					reply = lx_stream_query(&conn, query, search_path, pass, why);
 				else

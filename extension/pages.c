@@ -144,8 +144,8 @@ lx_page_source(Oid relid, ArrayType *columns, PageSource *ps)
  * columns (attnum, base type, the value rows stored before the column was added have (NULL
  * unless atthasmissing), name) and
  * the length and alignment of every attribute up to the last wanted one (dropped ones too). */
-static char *
-relation_layout(Relation rel, PageSource *ps, BlockNumber nblocks)
+char *
+lx_relation_layout(Relation rel, PageSource *ps, BlockNumber nblocks)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	StringInfoData s;
@@ -232,20 +232,78 @@ hide_invisible(Page page, const OffsetNumber *vis, int nvis)
 	}
 }
 
+/* Copy the page heapgetpage just read (its visible tuples in rs_vistuples) into dst, under the
+ * buffer's share lock, hiding the tuples the snapshot does not see; its visible tuples. */
+uint32
+lx_copy_page(char *dst, TableScanDesc scan)
+{
+	HeapScanDesc hs = (HeapScanDesc) scan;
+
+	LockBuffer(hs->rs_cbuf, BUFFER_LOCK_SHARE);
+	memcpy(dst, BufferGetPage(hs->rs_cbuf), BLCKSZ);
+	LockBuffer(hs->rs_cbuf, BUFFER_LOCK_UNLOCK);
+	hide_invisible((Page) dst, hs->rs_vistuples, hs->rs_ntuples);
+	return (uint32) hs->rs_ntuples;
+}
+
+double
+lx_seconds(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The `end` frame of a page pass: its visible tuples and each producer's time (the parallel
+ * workers', or the backend's). */
+char *
+lx_pass_end(int pass, uint64 tuples, const ProducerTime *times, int n, bool workers)
+{
+	StringInfoData s;
+	int			i;
+
+	initStringInfo(&s);
+	appendStringInfo(&s, "{\"end\": {\"pass\": %d, \"rows\": " UINT64_FORMAT ", \"workers\": %d, \"producers\": [",
+					 pass, tuples, workers ? n : 0);
+	for (i = 0; i < n; i++)
+		appendStringInfo(&s, "%s[%.6f, %.6f]", i ? ", " : "", times[i].busy, times[i].cpu);
+	appendStringInfoString(&s, "]}}");
+	return s.data;
+}
+
 /* Pass `pass` over the relations' heap pages: each page with a tuple the snapshot sees is copied
  * once, from the buffer into a slot of the ring (under the buffer's share lock), with the line
- * pointers of the tuples the snapshot does not see marked unused.  Returns the server's reply
- * when it ended the call, else NULL. */
+ * pointers of the tuples the snapshot does not see marked unused.  When the server says the
+ * rows' order does not matter (`any_order`), parallel workers read them if PostgreSQL's settings
+ * give any (parallel.c); else this backend.  Returns the server's reply when it ended the call,
+ * else NULL. */
 char *
-lx_stream_pages(Conn *c, PageSource *ps, int pass)
+lx_stream_pages(Conn *c, PageSource *ps, int pass, bool any_order)
 {
 	uint32		per_slot;
 	uint32	   *blocks;
 	uint64		tuples = 0;
 	ListCell   *lc;
+	ProducerTime t;
+	double		t0,
+				cpu0,
+				waited = 0;
+	int			nworkers;
 
 	if (c->ring.base == NULL)
 		lx_proto_fail(c, "the server asked for data without a ring");
+	nworkers = any_order ? lx_parallel_plan(c, ps) : 0;
+	if (nworkers > 0)
+	{
+		bool		done;
+		char	   *reply = lx_stream_pages_parallel(c, ps, pass, nworkers, &done);
+
+		if (done)
+			return reply;
+	}
+	t0 = lx_seconds(CLOCK_MONOTONIC);
+	cpu0 = lx_seconds(CLOCK_THREAD_CPUTIME_ID);
 	per_slot = c->ring.slot_bytes / BLCKSZ;
 	blocks = palloc(sizeof(uint32) * per_slot);
 	lx_send_json(c, psprintf("{\"begin\": {\"pass\": %d, \"reader\": \"pages\"}}", pass));
@@ -259,10 +317,10 @@ lx_stream_pages(Conn *c, PageSource *ps, int pass)
 		uint32		count = 0,
 					in_slot = 0;
 
-		lx_send_json(c, relation_layout(rel, ps, hs->rs_nblocks));
+		lx_send_json(c, lx_relation_layout(rel, ps, hs->rs_nblocks));
 		for (blk = 0; blk < hs->rs_nblocks; blk++)
 		{
-			char	   *dst;
+			uint32		n;
 
 			CHECK_FOR_INTERRUPTS(); /* a cancel must not wait for the end of a long scan */
 			heapgetpage(scan, blk); /* visibility: PostgreSQL's, into rs_vistuples */
@@ -270,17 +328,17 @@ lx_stream_pages(Conn *c, PageSource *ps, int pass)
 				continue;
 			if (slot < 0)
 			{
-				if ((slot = lx_ring_acquire(c)) < 0)
+				double		w = lx_seconds(CLOCK_MONOTONIC);
+
+				slot = lx_ring_acquire(c);
+				waited += lx_seconds(CLOCK_MONOTONIC) - w;
+				if (slot < 0)
 					break;
 				count = in_slot = 0;
 			}
-			dst = lx_ring_slot(c, slot) + (size_t) count * BLCKSZ;
-			LockBuffer(hs->rs_cbuf, BUFFER_LOCK_SHARE);
-			memcpy(dst, BufferGetPage(hs->rs_cbuf), BLCKSZ);
-			LockBuffer(hs->rs_cbuf, BUFFER_LOCK_UNLOCK);
-			hide_invisible((Page) dst, hs->rs_vistuples, hs->rs_ntuples);
-			tuples += hs->rs_ntuples;
-			in_slot += hs->rs_ntuples;
+			n = lx_copy_page(lx_ring_slot(c, slot) + (size_t) count * BLCKSZ, scan);
+			tuples += n;
+			in_slot += n;
 			blocks[count++] = blk;
 			if (count == per_slot)
 			{
@@ -296,7 +354,9 @@ lx_stream_pages(Conn *c, PageSource *ps, int pass)
 		if (c->reply != NULL)
 			return c->reply;
 	}
-	lx_send_json(c, psprintf("{\"end\": {\"pass\": %d, \"rows\": " UINT64_FORMAT "}}", pass, tuples));
+	t.busy = lx_seconds(CLOCK_MONOTONIC) - t0 - waited;
+	t.cpu = lx_seconds(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+	lx_send_json(c, lx_pass_end(pass, tuples, &t, 1, false));
 	pfree(blocks);
 	return NULL;
 }

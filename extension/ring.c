@@ -52,6 +52,9 @@ lx_ring_map(Conn *c, const char *frame, uint32 len)
 	c->ring.nslots = nslots;
 	c->ring.slot_bytes = slot_bytes;
 	memset(c->ring.busy, 0, sizeof(c->ring.busy));
+	c->ring.has_token = len >= RING_FRAME;
+	if (c->ring.has_token)
+		memcpy(c->ring.token, frame + 12, RING_TOKEN);
 }
 
 /* An 'F' frame: the server is done with a slot. */
@@ -68,8 +71,8 @@ lx_ring_free(Conn *c, const char *frame)
 /* Handle one frame the server sends while data flow: 'F' frees a slot; a JSON frame is the
  * reply that ends the call (kept in c->reply).  `wait`: block for it, else only read one that
  * has arrived.  False when no frame was read. */
-static bool
-server_frame(Conn *c, bool wait)
+bool
+lx_ring_poll(Conn *c, bool wait)
 {
 	int			flags;
 	uint32		len;
@@ -113,7 +116,7 @@ lx_ring_acquire(Conn *c)
 				c->ring.busy[i] = true;
 				return (int) i;
 			}
-		server_frame(c, true);
+		lx_ring_poll(c, true);
 	}
 	return -1;
 }
@@ -138,7 +141,7 @@ lx_ring_submit(Conn *c, int slot, char kind, uint32 count, uint32 extra, const u
 		lx_put_u32be(f + LX_HEADER + SLOT_HEADER + 4 * i, blocks[i]);
 	lx_conn_write(c, f, LX_HEADER + SLOT_HEADER + 4 * nb);
 	pfree(f);
-	while (c->reply == NULL && server_frame(c, false))
+	while (c->reply == NULL && lx_ring_poll(c, false))
 		;
 	return c->reply == NULL;
 }

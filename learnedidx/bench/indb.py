@@ -203,6 +203,8 @@ def register(app: typer.Typer) -> None:
         tasks: str = typer.Option(",".join(TASKS), help="tasks, comma-separated"),
         repeat: int = typer.Option(3, help="interleaved rounds; cells are medians"),
         threads: int = typer.Option(2, help="learnedidx.threads: the server's threads per call"),
+        parallel_workers: str = typer.Option("", help="instead: K parallel workers reading the pages, per K "
+                                                      "(comma-separated; 0 the serial path); tasks linregr, logregr"),
         also: str = typer.Option("", help="one-epoch comparisons of earlier versions: query,sklearn,plpython"),
         quick: bool = typer.Option(False, help="50k rows, one round: a smoke run"),
         seed: int = typer.Option(0),
@@ -226,6 +228,12 @@ def register(app: typer.Typer) -> None:
             if t not in TASKS:
                 raise typer.BadParameter(f"unknown task {t!r}; choose from {', '.join(TASKS)}")
         extra = [a for a in also.split(",") if a]
+        if parallel_workers:
+            from learnedidx.bench import parallel
+
+            parallel.run(sizes, features, parse_list(parallel_workers), [t for t in chosen if t in parallel.TASKS],
+                         1 if quick else repeat, threads, seed)
+            return
         with TempCluster() as cluster:
             server = spawn(f"{cluster.root}/accel.sock", backend="cpu", warm=True)
             try:

@@ -28,16 +28,18 @@ from typing import Iterator
 
 import numpy as np
 
-from learnedidx.errors import CancelledError, ProtocolError
+from learnedidx.errors import BadRequestError, CancelledError, ProtocolError
 from learnedidx.server import protocol as P
 
 #: Control frames (server to caller): pass requests (b"S", reader: 0 as the caller chose, 1 the
-#: query path; the pass number; then a UTF-8 reason when the reader is the query path), the
-#: ring (b"M", its slots and their bytes, with the memfd attached), a freed slot (b"F").
+#: query path, plus ANY_ORDER when the call's result does not depend on the rows' order, so that
+#: the caller may read the pages with parallel workers; the pass number; then a UTF-8 reason
+#: when the reader is the query path), the ring (b"M", its slots and their bytes, the token its
+#: backend's parallel workers name to get it too, with the memfd attached), a freed slot (b"F").
 CONTROL = struct.Struct(">cBxxI")
-RING = struct.Struct(">c3xII")
+RING = struct.Struct(">c3xII16s")
 FREE = struct.Struct(">c3xI")
-AS_CHOSEN, QUERY = 0, 1
+AS_CHOSEN, QUERY, ANY_ORDER = 0, 1, 2
 #: The data frame of a filled slot: b"K", kind (b"P" pages, b"R" rows), padding, the slot, its
 #: pages or rows, then the pages' visible tuples or the float8 per row; for pages, their block
 #: numbers follow (u32 each).
@@ -46,6 +48,9 @@ PAGE_SIZE = 8192
 RING_SLOTS = 16  #: slots of the ring
 SLOT_BYTES = 128 * PAGE_SIZE  #: bytes per slot (1 MiB)
 POLL_SECONDS = 0.1  #: how often a computing call looks at its connection
+
+_RINGS: dict[bytes, "CallStream"] = {}  # the rings of the calls in progress, by token
+_RINGS_LOCK = threading.Lock()
 
 
 @dataclass
@@ -73,6 +78,9 @@ class CallStream:
         self._map: mmap.mmap | None = None
         self._ring: np.ndarray | None = None
         self._held: set[int] = set()  # slots the caller filled and the server has not freed
+        self._fd = -1  # the ring's memfd, kept for the caller's parallel workers (indb.ring)
+        self.token = b""  # what names the ring to indb.ring
+        self.any_order = False  #: the call's result does not depend on the rows' order
 
     def _gone(self) -> CancelledError:
         self.closed.set()
@@ -110,7 +118,8 @@ class CallStream:
                 raise self._gone() from None
 
     def _open_ring(self) -> None:
-        """Create the ring (a memfd sealed against shrinking, growing and resealing) and send it."""
+        """Create the ring (a memfd sealed against shrinking, growing and resealing) and send it,
+        with the token under which :meth:`send_ring` hands it to the caller's parallel workers."""
         size = RING_SLOTS * SLOT_BYTES
         fd = os.memfd_create("learnedidx-ring", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
@@ -118,12 +127,38 @@ class CallStream:
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
             self._map = mmap.mmap(fd, size)
             self._ring = np.frombuffer(self._map, np.uint8).reshape(RING_SLOTS, SLOT_BYTES)
-            self._sendall(P.encode_binary(P.CONTROL, RING.pack(b"M", RING_SLOTS, SLOT_BYTES)), [fd])
+            token = os.urandom(16)
+            with _RINGS_LOCK:
+                self._fd, self.token = fd, token
+                _RINGS[token] = self
+            fd = -1
+            self._sendall(P.encode_binary(P.CONTROL, RING.pack(b"M", RING_SLOTS, SLOT_BYTES, token)), [self._fd])
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    def send_ring(self, token: bytes) -> None:
+        """Send this connection the ring of the call in progress that ``token`` names (its
+        backend's parallel workers copy pages into it; the call's own connection carries every
+        frame naming a slot)."""
+        with _RINGS_LOCK:
+            owner = _RINGS.get(token) if len(token) == 16 else None
+            if owner is None or owner.closed.is_set():
+                raise BadRequestError("no call in progress holds that ring")
+            fd = os.dup(owner._fd)
+        try:
+            self._sendall(P.encode_binary(P.CONTROL, RING.pack(b"M", RING_SLOTS, SLOT_BYTES, token)), [fd])
         finally:
             os.close(fd)
 
     def close(self) -> None:
         """Unmap the ring (once nothing refers to it any more)."""
+        with _RINGS_LOCK:
+            if self.token:
+                _RINGS.pop(self.token, None)
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
         self._ring = None
         if self._map is not None:
             with contextlib.suppress(BufferError):
@@ -163,8 +198,8 @@ class CallStream:
             self._open_ring()
         self.passes += 1
         self.in_pass = True  # before the request: the watch must not take the answer for a hang-up
-        self._sendall(P.encode_binary(P.CONTROL, CONTROL.pack(b"S", QUERY if query else AS_CHOSEN, number)
-                                      + why.encode()))
+        reader = (QUERY if query else AS_CHOSEN) | (ANY_ORDER if self.any_order else 0)
+        self._sendall(P.encode_binary(P.CONTROL, CONTROL.pack(b"S", reader, number) + why.encode()))
         while True:
             flags, payload = self._frame()
             if flags == P.JSON:

@@ -159,7 +159,7 @@ def _memfd(size: int, seal: bool) -> int:
 def _ring_cases(tmp_path):
     from learnedidx.server import protocol as P
     from learnedidx.server import stream as S
-    ring = S.RING.pack(b"M", S.RING_SLOTS, S.SLOT_BYTES)
+    ring = S.RING.pack(b"M", S.RING_SLOTS, S.SLOT_BYTES, bytes(16))
     size = S.RING_SLOTS * S.SLOT_BYTES
     import os
     plain = tmp_path / "plain"
@@ -170,7 +170,7 @@ def _ring_cases(tmp_path):
         "a file, not a memfd": ([(ring, P.CONTROL, os.open(plain, os.O_RDWR))], "not sealed against shrinking"),
         "smaller than it says": ([(ring, P.CONTROL, _memfd(size // 2, True))], "smaller than the ring"),
         "no memory": ([(ring, P.CONTROL, None)], "without its memory"),
-        "huge slots": ([(S.RING.pack(b"M", 4, 1 << 30), P.CONTROL, _memfd(size, True))], "unsupported shape"),
+        "huge slots": ([(S.RING.pack(b"M", 4, 1 << 30, bytes(16)), P.CONTROL, _memfd(size, True))], "unsupported shape"),
         "data before a ring": ([(S.CONTROL.pack(b"S", 0, 1), P.CONTROL, None)], "without a ring"),
         "a slot it never filled": ([(ring, P.CONTROL, _memfd(size, True)), (S.FREE.pack(b"F", 3), P.CONTROL, None)],
                                    "freed a slot it did not hold"),

@@ -38,10 +38,12 @@ def test_the_frame_header_is_the_protocols():
 
 
 def test_the_stream_codes_are_the_servers():
-    assert (c_int("READ_AS_CHOSEN"), c_int("READ_QUERY")) == (stream.AS_CHOSEN, stream.QUERY)
+    assert (c_int("READ_AS_CHOSEN"), c_int("READ_QUERY"), c_int("READ_ANY_ORDER")) == (
+        stream.AS_CHOSEN, stream.QUERY, stream.ANY_ORDER)
     assert (define("SLOT_PAGES"), define("SLOT_ROWS")) == ("'P'", "'R'")
     assert c_int("SLOT_HEADER") == stream.SLOT.size and stream.SLOT.format == ">ccxxIII"  # put_u32be at 4, 8, 12
-    assert stream.CONTROL.format == ">cBxxI" and stream.FREE.format == ">c3xI" and stream.RING.format == ">c3xII"
+    assert stream.CONTROL.format == ">cBxxI" and stream.FREE.format == ">c3xI" and stream.RING.format == ">c3xII16s"
+    assert c_int("RING_TOKEN") == 16 and c_int("RING_FRAME") == stream.RING.size
     # the ring the server makes is one the backend maps
     assert 1 <= stream.RING_SLOTS <= c_int("RING_MAX_SLOTS")
     assert stream.SLOT_BYTES % stream.PAGE_SIZE == 0 and stream.PAGE_SIZE <= stream.SLOT_BYTES <= c_int(

@@ -247,8 +247,11 @@ def test_server_stop_mid_call_exits_and_the_caller_hears_it(db, tmp_path):
     subprocess.run(cli + ["start", "--daemon", "--socket", sock], check=True, capture_output=True, timeout=120)
     pid = int(open(sock + ".pid").read())
     db.execute("SELECT set_config('learnedidx.socket', %s, false)", (sock,))
-    X = np.random.default_rng(6).normal(size=(20000, 10))
-    load(db, "big", X, (X[:, 0] > 0).astype(float))
+    rng = np.random.default_rng(6)
+    X = rng.normal(size=(20000, 10))
+    # labels that are not separable: IRLS converges and, with tolerance 0, iterates on until the
+    # stop (separable ones diverge and end the call as TERMINATED within a second or two)
+    load(db, "big", X, (X[:, 0] + rng.normal(size=20000) > 0).astype(float))
     errors: list = []
     t = _in_thread(lambda: connect(db, options=f"-c learnedidx.socket={sock}"),
                    "SELECT * FROM learnedidx.logregr_train('big', 'lr', 'y', 'features', max_iter => 1000000, "

@@ -29,22 +29,31 @@ FINGERPRINTS = {
 _names = itertools.count()
 
 
-@pytest.fixture
-def pg(db):
+@pytest.fixture(params=[0, 2], ids=["serial", "parallel"])
+def pg(db, request):
+    """``db`` with the fingerprints registered; the page path read by the caller's backend, or
+    by two parallel workers (extension/parallel.c: the fingerprints are sums, which the server
+    lets parallel workers read), in every session of the database."""
     for name, source in FINGERPRINTS.items():
         db.execute("SELECT learnedidx.register_algorithm(%s, %s)", (name, source))
+    db.execute(f'ALTER DATABASE "{db.info.dbname}" SET learnedidx.parallel_workers = {request.param}')
+    db.execute(f"SET learnedidx.parallel_workers = {request.param}")
     return db
 
 
 def trained(conn, source: str, dep: str, indep: str, reader: str) -> tuple:
-    """(path, rows used, rows skipped, Σ y·x, Σ x·x) of what ``reader`` read."""
+    """(path, rows used, rows skipped, Σ y·x, Σ x·x) of what ``reader`` read (the page path
+    with the parallel workers the session's setting asks for, checked)."""
     out = []
+    workers = int(conn.execute("SELECT current_setting('learnedidx.parallel_workers')").fetchone()[0])
     for alg in FINGERPRINTS:
         name = f"fp_{next(_names)}"
         out.append(conn.execute(
             "SELECT num_rows_processed, num_rows_skipped, coef FROM learnedidx.train(%s, %s, %s, %s, %s, %s)",
             (alg, source, dep, indep, f'{{"intercept": false, "reader": "{reader}"}}', name)).fetchone())
-        path = conn.execute(f"SELECT read_path FROM {name}_summary").fetchone()[0]
+        path, timings = conn.execute(f"SELECT read_path, timings FROM {name}_summary").fetchone()
+        if path == "pages":
+            assert timings["workers"] == workers
     (n, skipped, yx), (_, _, xx) = out
     return path, n, skipped, yx, xx
 

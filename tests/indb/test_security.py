@@ -480,7 +480,7 @@ def _forged_call(path: str, frames: list) -> dict | str:
         s.sendall(P.encode({"op": "indb.train", "id": 1, "args": {"algorithm": "linregr", "params": {}}}))
         head, fds, _, _ = socket.recv_fds(s, P.HEADER.size + S.RING.size, 1)  # the ring, with its memfd
         head += P._recv_exact(s, P.HEADER.size + S.RING.size - len(head))
-        _, slots, slot_bytes = S.RING.unpack(head[P.HEADER.size:])
+        _, slots, slot_bytes, _ = S.RING.unpack(head[P.HEADER.size:])
         ring = mmap.mmap(fds[0], slots * slot_bytes)
         flags, n = P.read_header(s)
         assert flags == P.CONTROL and P._recv_exact(s, n)[:1] == b"S"

@@ -42,6 +42,22 @@ class PassStats:
     seconds: float = 0.0  # from asking for the first pass to its end
     decode_seconds: float = 0.0  # of which the decoding threads worked (summed)
     passes: int = 0  # passes streamed from the backend in all
+    workers: int = 0  # parallel workers that read the pages of a pass, at most (0: the backend read them)
+    producers: int = 0  # processes that read the pages of a pass (the backend, or its parallel workers), at most
+    produce_seconds: float = 0.0  # their time reading pages, summed over producers and passes
+    produce_max: float = 0.0  # the busiest producer's time per pass, summed over passes
+    produce_cpu: float = 0.0  # their CPU time, summed
+
+    def add_producers(self, end: dict) -> None:
+        """The producers' times a pass's ``end`` frame reports: [seconds, cpu seconds] each."""
+        times = end.get("producers")
+        if not isinstance(times, list) or not all(isinstance(t, list) and len(t) == 2 for t in times):
+            return
+        self.producers = max(self.producers, len(times))
+        self.workers = max(self.workers, int(end.get("workers", 0)))
+        self.produce_seconds += sum(float(t[0]) for t in times)
+        self.produce_max += max((float(t[0]) for t in times), default=0.0)
+        self.produce_cpu += sum(float(t[1]) for t in times)
 
 
 class _Cache:
@@ -360,6 +376,7 @@ class StreamSource:
                 raise
         if not p.query and p.tuples != p.end.get("rows"):
             raise ProtocolError(f"decoded {p.tuples} rows where the backend sent {p.end.get('rows')}")
+        self.stats.add_producers(p.end)
         if p.first:
             self._record(p)
         return [p.results[s] for s in sorted(p.results)]

@@ -100,6 +100,7 @@ def indb_train(args, arrays, ctx):
         return {"groups": shards.step(trainee, shard_step, params)}, {}
     threads = _threads(params, limits.max_threads)
     seed = _integer(params.pop("seed", 0), "seed")
+    stream.any_order = _any_order(trainee, igd, grouped, params)
     t0 = time.perf_counter()
     # The rows arrive with the intercept's column of ones reserved (dropped again when the model
     # has none, or when the features already start with ones): no copy of the rows to add it.
@@ -132,8 +133,43 @@ def indb_train(args, arrays, ctx):
         "num_rows_processed": st.rows_total - st.rows_skipped, "features_form": st.features_form,
         "train_seconds": time.perf_counter() - t0, "path": st.path, "threads": threads,
         "timings": {"wait": t_start - t0, "first_pass": st.seconds, "decode": st.decode_seconds,
-                    "train": sum(g["train_seconds"] for g in groups), "passes": st.passes},
+                    "train": sum(g["train_seconds"] for g in groups), "passes": st.passes,
+                    "workers": st.workers, "producers": st.producers, "produce": st.produce_seconds, "produce_max": st.produce_max,
+                    "produce_cpu": st.produce_cpu},
     }, {}
+
+
+def _any_order(trainee: str | Algorithm, igd, grouped: bool, params: dict) -> bool:
+    """Whether the call's result does not depend on the order the rows arrive in (only on the
+    rounding of its sums), so that the caller may read its pages with parallel workers: linregr
+    (R factors merged), logregr's Newton and conjugate-gradient passes and DSL algorithms of
+    accumulators (sums).  MADlib's svm, SGD, LMF, logregr's igd and DSL algorithms of SGD visit
+    the rows in the order they come."""
+    if igd is not None or grouped:
+        return False
+    if isinstance(trainee, Algorithm):
+        return trainee.form == "accumulate"
+    return trainee == "linregr" or (trainee == "logregr" and params.get("optimizer", "irls") in
+                                    ("irls", "newton", "cg"))
+
+
+@handler("indb.ring")
+def indb_ring(args, arrays, ctx):
+    """The ring of a call in progress, for its backend's parallel workers: sent on this
+    connection (an ``M`` frame with the memfd) to whoever names the call's token, which only the
+    call's own connection was given.  The call's connection still carries every frame naming a
+    slot; this connection carries nothing else."""
+    if ctx.peer != "unix" or ctx.stream is None:
+        raise NotSupportedError("a ring is passed over the Unix socket only")
+    token = args.get("token")
+    if not isinstance(token, str) or len(token) != 32:
+        raise BadRequestError("token must be the ring's 32 hex digits")
+    try:
+        raw = bytes.fromhex(token)
+    except ValueError:
+        raise BadRequestError("token must be the ring's 32 hex digits") from None
+    ctx.stream.send_ring(raw)
+    return {}, {}
 
 
 def _integer(value, name: str, lo: int | None = None) -> int:
